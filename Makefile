@@ -1,0 +1,95 @@
+# ngx_rlm: build, run and test.
+#
+#   make              build the module and rlm-sandboxd into build/
+#   make run          serve on 127.0.0.1:$(PORT) in the foreground
+#   make test         build and run every test suite
+#   make asan         build with AddressSanitizer + UBSan into build/asan
+#   make asan-test    run the suites against the ASan build
+#   make valgrind-test  run the suites with nginx under valgrind memcheck
+
+PORT      ?= 8080
+SAN       ?=
+BUILD     ?= $(if $(SAN),build/asan,build)
+B         := $(abspath $(BUILD))
+TOP       := $(abspath .)
+
+NGINX     ?= /usr/sbin/nginx
+NGX_SRC   ?= /usr/share/nginx/src
+NGX_MODS  := /usr/lib/nginx/modules
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer
+
+MODULE    := $(B)/ngx_http_rlm_module.so
+SANDBOXD  := $(B)/bin/rlm-sandboxd
+MOD_SRCS  := $(wildcard ngx_rlm_module/*.c ngx_rlm_module/*.h) config
+
+LOAD_MODULES := $(NGX_MODS)/ndk_http_module.so \
+                $(NGX_MODS)/ngx_http_lua_module.so $(MODULE)
+
+PROVE_ENV := TEST_NGINX_BINARY=$(NGINX) \
+             TEST_NGINX_LOAD_MODULES="$(LOAD_MODULES)" \
+             RLM_BUILD=$(B) \
+             RLM_SANDBOXD=$(B)/bin/rlm-sandboxd \
+             RLM_SANDBOXCTL=$(B)/bin/rlm-sandboxctl
+
+TESTS     ?= t/
+
+.PHONY: all deps module sandbox run test asan asan-test valgrind-test clean
+
+all: deps module sandbox
+
+deps:
+	@sh .ci/install-deps
+
+module: $(MODULE)
+
+# nginx's own build system compiles the addon against Debian's nginx
+# sources, with Debian's configure flags so the binary signature matches.
+$(B)/nginx-src/objs/Makefile: config | deps
+	rm -rf $(B)/nginx-src
+	mkdir -p $(B)
+	cp -r $(NGX_SRC) $(B)/nginx-src
+	cd $(B)/nginx-src && bash -c '. ./conf_flags && \
+	    ./configure "$${NGX_CONF_FLAGS[@]}" \
+	        --with-cc-opt="-g -O2 -fPIC $(if $(SAN),$(SAN_FLAGS))" \
+	        --with-ld-opt="-Wl,-z,relro -Wl,-z,now -fPIC \
+	                       $(if $(SAN),$(SAN_FLAGS))" \
+	        --add-dynamic-module=$(TOP)' > $(B)/nginx-configure.log
+
+$(MODULE): $(B)/nginx-src/objs/Makefile $(MOD_SRCS)
+	$(MAKE) -s -C $(B)/nginx-src -f objs/Makefile modules
+	cp $(B)/nginx-src/objs/ngx_http_rlm_module.so $@
+
+sandbox: | deps
+	$(MAKE) -s -C sandbox BUILD=$(B) SAN=$(SAN)
+
+# A private prefix under build/run holds the conf/ files, with the port
+# substituted, and the load_module lines for this build.
+run: all
+	@rm -rf $(B)/run && mkdir -p $(B)/run/conf $(B)/run/logs
+	@for f in conf/*.conf; do \
+	    sed -e 's/8080/$(PORT)/g' -e 's|@TOP@|$(TOP)|g' \
+	        -e 's|@BUILD@|$(B)|g' $$f > $(B)/run/conf/$$(basename $$f); \
+	done
+	@for m in $(LOAD_MODULES); do echo "load_module $$m;"; done \
+	    > $(B)/run/conf/modules.conf
+	@echo "ngx_rlm: serving on http://127.0.0.1:$(PORT)/ (Ctrl-C stops)"
+	exec $(NGINX) -p $(B)/run -c conf/rlm.conf -e stderr \
+	    -g 'daemon off;'
+
+test: all
+	$(PROVE_ENV) prove -I t/lib -I t -r $(TESTS)
+
+asan:
+	$(MAKE) SAN=1 all
+
+asan-test:
+	$(MAKE) SAN=1 all
+	$(PROVE_ENV) LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
+	    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+	    prove -I t/lib -I t -r $(TESTS)
+
+valgrind-test: all
+	$(PROVE_ENV) TEST_NGINX_USE_VALGRIND=1 prove -I t/lib -I t -r $(TESTS)
+
+clean:
+	rm -rf build t/servroot*

@@ -1,0 +1,395 @@
+
+/*
+ * ngx_rlm: Recursive Language Models served by nginx.
+ *
+ * Module definition: directives, configuration life cycle and the
+ * dispatch of a location to the handler its directive selected.
+ */
+
+
+#include "ngx_http_rlm_module.h"
+
+
+static ngx_int_t ngx_http_rlm_init_module(ngx_cycle_t *cycle);
+static void *ngx_http_rlm_create_main_conf(ngx_conf_t *cf);
+static char *ngx_http_rlm_init_main_conf(ngx_conf_t *cf, void *conf);
+static void *ngx_http_rlm_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_rlm_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child);
+static char *ngx_http_rlm_set_handler(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_rlm_check_path(ngx_conf_t *cf, void *post, void *data);
+static char *ngx_http_rlm_check_bounds(ngx_conf_t *cf, void *post,
+    void *data);
+static ngx_int_t ngx_http_rlm_handler(ngx_http_request_t *r);
+
+
+/* bounds checked when the value is parsed, so nginx -t names the directive */
+
+static ngx_conf_num_bounds_t  ngx_http_rlm_pool_size_bounds = {
+    ngx_http_rlm_check_bounds, 0, 4096
+};
+
+static ngx_conf_num_bounds_t  ngx_http_rlm_max_sessions_bounds = {
+    ngx_http_rlm_check_bounds, 1, 1000000
+};
+
+static ngx_conf_num_bounds_t  ngx_http_rlm_pids_bounds = {
+    ngx_http_rlm_check_bounds, 1, 65536
+};
+
+static ngx_conf_num_bounds_t  ngx_http_rlm_queue_bounds = {
+    ngx_http_rlm_check_bounds, 1, 65536
+};
+
+static ngx_conf_post_t  ngx_http_rlm_path_post = {
+    ngx_http_rlm_check_path
+};
+
+
+static ngx_command_t  ngx_http_rlm_commands[] = {
+
+    { ngx_string("rlm_sandboxd"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, sandboxd),
+      &ngx_http_rlm_path_post },
+
+    { ngx_string("rlm_sandboxd_socket"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, sandboxd_socket),
+      &ngx_http_rlm_path_post },
+
+    { ngx_string("rlm_runtime_dir"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, runtime_dir),
+      &ngx_http_rlm_path_post },
+
+    { ngx_string("rlm_pool_size"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, pool_size),
+      &ngx_http_rlm_pool_size_bounds },
+
+    { ngx_string("rlm_max_sessions"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, max_sessions),
+      &ngx_http_rlm_max_sessions_bounds },
+
+    { ngx_string("rlm_cell_cpu_time"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, cell_cpu_time),
+      NULL },
+
+    { ngx_string("rlm_cell_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, cell_timeout),
+      NULL },
+
+    { ngx_string("rlm_sandbox_memory"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, sandbox_memory),
+      NULL },
+
+    { ngx_string("rlm_sandbox_pids"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, sandbox_pids),
+      &ngx_http_rlm_pids_bounds },
+
+    { ngx_string("rlm_output_max"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, output_max),
+      NULL },
+
+    { ngx_string("rlm_session_idle_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, session_idle_timeout),
+      NULL },
+
+    { ngx_string("rlm_session_queue"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, session_queue),
+      &ngx_http_rlm_queue_bounds },
+
+    { ngx_string("rlm_health"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_rlm_set_handler,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      (void *) NGX_HTTP_RLM_HANDLER_HEALTH },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_rlm_module_ctx = {
+    NULL,                                  /* preconfiguration */
+    NULL,                                  /* postconfiguration */
+
+    ngx_http_rlm_create_main_conf,         /* create main configuration */
+    ngx_http_rlm_init_main_conf,           /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_rlm_create_loc_conf,          /* create location configuration */
+    ngx_http_rlm_merge_loc_conf            /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_rlm_module = {
+    NGX_MODULE_V1,
+    &ngx_http_rlm_module_ctx,              /* module context */
+    ngx_http_rlm_commands,                 /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    ngx_http_rlm_init_module,              /* init module */
+    NULL,                                  /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    NULL,                                  /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+static ngx_int_t
+ngx_http_rlm_init_module(ngx_cycle_t *cycle)
+{
+    /* runs in the master on start and on every reload */
+
+    if (ngx_http_cycle_get_module_main_conf(cycle, ngx_http_rlm_module)
+        == NULL)
+    {
+        return NGX_OK;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
+                  "ngx_rlm/" NGX_HTTP_RLM_VERSION " loaded");
+
+    return NGX_OK;
+}
+
+
+static void *
+ngx_http_rlm_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_rlm_main_conf_t  *rmcf;
+
+    rmcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_rlm_main_conf_t));
+    if (rmcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     rmcf->sandboxd = { 0, NULL };
+     *     rmcf->sandboxd_socket = { 0, NULL };
+     *     rmcf->runtime_dir = { 0, NULL };
+     */
+
+    rmcf->pool_size = NGX_CONF_UNSET_UINT;
+    rmcf->max_sessions = NGX_CONF_UNSET_UINT;
+    rmcf->cell_cpu_time = NGX_CONF_UNSET;
+    rmcf->cell_timeout = NGX_CONF_UNSET_MSEC;
+    rmcf->sandbox_memory = NGX_CONF_UNSET_SIZE;
+    rmcf->sandbox_pids = NGX_CONF_UNSET_UINT;
+    rmcf->output_max = NGX_CONF_UNSET_SIZE;
+    rmcf->session_idle_timeout = NGX_CONF_UNSET;
+    rmcf->session_queue = NGX_CONF_UNSET_UINT;
+
+    return rmcf;
+}
+
+
+static char *
+ngx_http_rlm_init_main_conf(ngx_conf_t *cf, void *conf)
+{
+    ngx_http_rlm_main_conf_t  *rmcf = conf;
+
+    if (rmcf->runtime_dir.len == 0) {
+        ngx_str_set(&rmcf->runtime_dir, "/run/ngx_rlm");
+    }
+
+    ngx_conf_init_uint_value(rmcf->pool_size, 8);
+    ngx_conf_init_uint_value(rmcf->max_sessions, 1024);
+    ngx_conf_init_value(rmcf->cell_cpu_time, 10);
+    ngx_conf_init_msec_value(rmcf->cell_timeout, 30000);
+    ngx_conf_init_size_value(rmcf->sandbox_memory, 512 * 1024 * 1024);
+    ngx_conf_init_uint_value(rmcf->sandbox_pids, 64);
+    ngx_conf_init_size_value(rmcf->output_max, 1024 * 1024);
+    ngx_conf_init_value(rmcf->session_idle_timeout, 3600);
+    ngx_conf_init_uint_value(rmcf->session_queue, 16);
+
+    if (rmcf->cell_cpu_time == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"rlm_cell_cpu_time\" must be at least 1s");
+        return NGX_CONF_ERROR;
+    }
+
+    if (rmcf->cell_timeout < 10) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"rlm_cell_timeout\" must be at least 10ms");
+        return NGX_CONF_ERROR;
+    }
+
+    if (rmcf->sandbox_memory < 16 * 1024 * 1024) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"rlm_sandbox_memory\" must be at least 16m, "
+                           "CPython does not start in less");
+        return NGX_CONF_ERROR;
+    }
+
+    if (rmcf->output_max < 1024) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"rlm_output_max\" must be at least 1k");
+        return NGX_CONF_ERROR;
+    }
+
+    if (rmcf->sandboxd.len && rmcf->sandboxd_socket.len) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"rlm_sandboxd\" and \"rlm_sandboxd_socket\" "
+                           "are mutually exclusive: nginx either runs the "
+                           "sandbox manager or connects to one");
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static void *
+ngx_http_rlm_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_rlm_loc_conf_t  *rlcf;
+
+    rlcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_rlm_loc_conf_t));
+    if (rlcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     rlcf->handler = NGX_HTTP_RLM_HANDLER_NONE;
+     */
+
+    return rlcf;
+}
+
+
+static char *
+ngx_http_rlm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    /* handlers are not inherited: a location serves what it names itself */
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_rlm_set_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_rlm_loc_conf_t *rlcf = conf;
+
+    ngx_http_core_loc_conf_t  *clcf;
+
+    if (rlcf->handler != NGX_HTTP_RLM_HANDLER_NONE) {
+        return "conflicts with another rlm handler in this location";
+    }
+
+    rlcf->handler = (ngx_http_rlm_handler_e) (uintptr_t) cmd->post;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_rlm_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_rlm_check_path(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_str_t  *path = data;
+
+    if (path->len == 0) {
+        return "must not be empty";
+    }
+
+    if (path->data[0] != '/') {
+        return "must be an absolute path";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * Like ngx_conf_check_num_bounds(), but returns the message so that nginx
+ * prefixes it with the directive's name.
+ */
+
+static char *
+ngx_http_rlm_check_bounds(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_conf_num_bounds_t  *bounds = post;
+    ngx_int_t              *np = data;
+
+    u_char  *msg, *last;
+
+    if (*np >= bounds->low && *np <= bounds->high) {
+        return NGX_CONF_OK;
+    }
+
+    msg = ngx_pnalloc(cf->pool, 64);
+    if (msg == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    last = ngx_snprintf(msg, 63, "must be between %i and %i",
+                        bounds->low, bounds->high);
+    *last = '\0';
+
+    return (char *) msg;
+}
+
+
+static ngx_int_t
+ngx_http_rlm_handler(ngx_http_request_t *r)
+{
+    ngx_http_rlm_loc_conf_t  *rlcf;
+
+    rlcf = ngx_http_get_module_loc_conf(r, ngx_http_rlm_module);
+
+    switch (rlcf->handler) {
+
+    case NGX_HTTP_RLM_HANDLER_HEALTH:
+        return ngx_http_rlm_health_handler(r);
+
+    default:
+        return NGX_DECLINED;
+    }
+}
