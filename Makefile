@@ -33,7 +33,7 @@ PROVE_ENV := TEST_NGINX_BINARY=$(NGINX) \
 
 TESTS     ?= t/
 
-.PHONY: all deps module sandbox run test asan asan-test valgrind-test clean
+.PHONY: all deps module sandbox run-prefix run test asan asan-test valgrind-test clean
 
 all: deps module sandbox
 
@@ -62,18 +62,23 @@ $(MODULE): $(B)/nginx-src/objs/Makefile $(MOD_SRCS)
 sandbox: | deps
 	$(MAKE) -s -C sandbox BUILD=$(B) SAN=$(SAN)
 
-# A private prefix under build/run holds the conf/ files, with the port
-# substituted, and the load_module lines for this build.
-run: all
-	@rm -rf $(B)/run && mkdir -p $(B)/run/conf $(B)/run/logs
+# A private prefix holds the conf/ files, with the port substituted, and
+# the load_module lines for this build.  t/conf_files.t uses it too.
+RUN_DIR ?= $(B)/run
+
+run-prefix:
+	@rm -rf $(RUN_DIR) && mkdir -p $(RUN_DIR)/conf $(RUN_DIR)/logs
 	@for f in conf/*.conf; do \
 	    sed -e 's/8080/$(PORT)/g' -e 's|@TOP@|$(TOP)|g' \
-	        -e 's|@BUILD@|$(B)|g' $$f > $(B)/run/conf/$$(basename $$f); \
+	        -e 's|@BUILD@|$(B)|g' -e 's|@RUN@|$(abspath $(RUN_DIR))|g' \
+	        $$f > $(RUN_DIR)/conf/$$(basename $$f); \
 	done
 	@for m in $(LOAD_MODULES); do echo "load_module $$m;"; done \
-	    > $(B)/run/conf/modules.conf
+	    > $(RUN_DIR)/conf/modules.conf
+
+run: all run-prefix
 	@echo "ngx_rlm: serving on http://127.0.0.1:$(PORT)/ (Ctrl-C stops)"
-	exec $(NGINX) -p $(B)/run -c conf/rlm.conf -e stderr \
+	exec $(NGINX) -p $(RUN_DIR) -c conf/rlm.conf -e stderr \
 	    -g 'daemon off;'
 
 test: all

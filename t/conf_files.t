@@ -1,0 +1,41 @@
+# Every nginx configuration shipped in conf/ must pass `nginx -t` with the
+# module built here, prepared exactly as `make run` prepares it.
+
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use File::Basename qw(dirname basename);
+use File::Temp qw(tempdir);
+use Test::More;
+
+my $top = abs_path(dirname(__FILE__) . '/..');
+my $nginx = $ENV{TEST_NGINX_BINARY} || '/usr/sbin/nginx';
+my $build = $ENV{RLM_BUILD} || "$top/build";
+
+plan skip_all => "module not built ($build/ngx_http_rlm_module.so)"
+    unless -f "$build/ngx_http_rlm_module.so";
+
+my $run = tempdir('rlm-conf-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+
+system('make', '-s', '-C', $top, "BUILD=$build", "RUN_DIR=$run",
+       'PORT=19801', 'run-prefix') == 0
+    or BAIL_OUT('make run-prefix failed');
+
+my @confs = sort glob("$top/conf/*.conf");
+ok(scalar(grep { basename($_) eq 'rlm.conf' } @confs),
+   'conf/rlm.conf exists');
+
+for my $conf (@confs) {
+    my $name = basename($conf);
+    my $out = `$nginx -t -p $run -c conf/$name -e stderr 2>&1`;
+    is($?, 0, "nginx -t accepts conf/$name") or diag($out);
+    like($out, qr/test is successful/, "conf/$name: test is successful");
+}
+
+# the port make run was asked for really is the one it listens on
+my $text = do { local (@ARGV, $/) = ("$run/conf/rlm.conf"); <> };
+like($text, qr/listen\s+127\.0\.0\.1:19801;/, 'PORT substituted in rlm.conf');
+unlike($text, qr/\@(TOP|BUILD|RUN)\@/, 'no placeholder left unexpanded');
+
+done_testing();

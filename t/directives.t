@@ -1,0 +1,114 @@
+# Directive parsing: good values load, bad values fail `nginx -t` with a
+# message that names the directive and the problem.
+
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use File::Basename qw(dirname);
+use File::Temp qw(tempdir);
+use Test::More;
+
+my $top = abs_path(dirname(__FILE__) . '/..');
+my $nginx = $ENV{TEST_NGINX_BINARY} || '/usr/sbin/nginx';
+my $build = $ENV{RLM_BUILD} || "$top/build";
+my $module = "$build/ngx_http_rlm_module.so";
+
+plan skip_all => "module not built ($module)" unless -f $module;
+
+my $dir = tempdir('rlm-directives-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+mkdir "$dir/logs";
+
+sub nginx_t {
+    my ($http, $location) = @_;
+    $location //= '';
+
+    open my $fh, '>', "$dir/nginx.conf" or die $!;
+    print $fh <<"CONF";
+load_module $module;
+error_log stderr;
+pid $dir/nginx.pid;
+events {}
+http {
+    $http
+    server {
+        listen 127.0.0.1:19802;
+        location / { $location }
+    }
+}
+CONF
+    close $fh;
+
+    my $out = `$nginx -t -p $dir -c $dir/nginx.conf 2>&1`;
+    return ($? == 0, $out);
+}
+
+my ($ok, $out) = nginx_t(<<'HTTP', 'rlm_health;');
+    rlm_sandboxd /usr/lib/rlm/rlm-sandboxd;
+    rlm_runtime_dir /run/rlm-test;
+    rlm_pool_size 16;
+    rlm_max_sessions 100;
+    rlm_cell_cpu_time 5s;
+    rlm_cell_timeout 2500ms;
+    rlm_sandbox_memory 256m;
+    rlm_sandbox_pids 32;
+    rlm_output_max 64k;
+    rlm_session_idle_timeout 10m;
+    rlm_session_queue 4;
+HTTP
+ok($ok, 'every directive with a good value loads') or diag($out);
+
+my @bad = (
+    [ 'rlm_pool_size 5000;',
+      qr/"rlm_pool_size" directive must be between 0 and 4096/ ],
+    [ 'rlm_pool_size lots;',
+      qr/"rlm_pool_size" directive invalid number/ ],
+    [ 'rlm_max_sessions 0;',
+      qr/"rlm_max_sessions" directive must be between 1 and/ ],
+    [ 'rlm_sandbox_pids 0;',
+      qr/"rlm_sandbox_pids" directive must be between 1 and 65536/ ],
+    [ 'rlm_session_queue 100000;',
+      qr/"rlm_session_queue" directive must be between 1 and 65536/ ],
+    [ 'rlm_sandboxd bin/rlm-sandboxd;',
+      qr/"rlm_sandboxd" directive must be an absolute path/ ],
+    [ 'rlm_runtime_dir "";',
+      qr/"rlm_runtime_dir" directive must not be empty/ ],
+    [ 'rlm_cell_timeout 5ms;',
+      qr/"rlm_cell_timeout" must be at least 10ms/ ],
+    [ 'rlm_cell_timeout soon;',
+      qr/"rlm_cell_timeout" directive invalid value/ ],
+    [ 'rlm_cell_cpu_time 0;',
+      qr/"rlm_cell_cpu_time" must be at least 1s/ ],
+    [ 'rlm_sandbox_memory 1m;',
+      qr/"rlm_sandbox_memory" must be at least 16m/ ],
+    [ 'rlm_output_max 10;',
+      qr/"rlm_output_max" must be at least 1k/ ],
+    [ "rlm_sandboxd /a/b;\n    rlm_sandboxd_socket /run/x.sock;",
+      qr/mutually exclusive/ ],
+    [ 'rlm_pool_size 4 5;',
+      qr/invalid number of arguments in "rlm_pool_size" directive/ ],
+);
+
+for my $case (@bad) {
+    my ($http, $want) = @$case;
+    my ($good, $text) = nginx_t($http);
+    ok(!$good, "rejected: $http");
+    like($text, $want, "message for: $http");
+}
+
+# location-only and main-only directives stay where they belong
+($ok, $out) = nginx_t('rlm_health;');
+ok(!$ok, 'rlm_health outside a location is rejected');
+like($out, qr/"rlm_health" directive is not allowed here/,
+     'rlm_health placement message');
+
+($ok, $out) = nginx_t('', 'rlm_pool_size 4;');
+ok(!$ok, 'rlm_pool_size inside a location is rejected');
+like($out, qr/"rlm_pool_size" directive is not allowed here/,
+     'rlm_pool_size placement message');
+
+($ok, $out) = nginx_t('', 'rlm_health; rlm_health;');
+ok(!$ok, 'a second rlm handler in one location is rejected');
+like($out, qr/conflicts with another rlm handler/, 'conflict message');
+
+done_testing();
