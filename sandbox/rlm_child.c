@@ -1,0 +1,576 @@
+/*
+ * The sandbox side of a fork: the _rlm built-in module the REPL runtime
+ * uses (timers around a cell, callbacks to the host) and the loop that
+ * accepts one connection at a time on the inherited channel socket and
+ * serves its frames in order.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include "rlm_sandboxd.h"
+#include "rlm_frame.h"
+#include "rlm_child.h"
+
+
+#define RLM_WALL_GRACE_MS   2000
+
+
+/* the runtime's entry points, looked up once in the zygote */
+PyObject  *rlm_dispatch_fn;
+PyObject  *rlm_configure_fn;
+PyObject  *rlm_after_fork_fn;
+
+static int                    rlm_conn = -1;
+static int                    rlm_conn_broken;
+static uint32_t               rlm_blob_len;
+static uint32_t               rlm_max_blob = RLM_FRAME_BLOB_MAX;
+
+static volatile sig_atomic_t  rlm_armed;
+static volatile sig_atomic_t  rlm_fired;
+static volatile sig_atomic_t  rlm_wall_hits;
+static volatile sig_atomic_t  rlm_cpu_hits;
+
+
+static void
+rlm_set_timer(long ms)
+{
+    struct itimerval  it;
+
+    memset(&it, 0, sizeof(it));
+    it.it_value.tv_sec = ms / 1000;
+    it.it_value.tv_usec = (ms % 1000) * 1000;
+    setitimer(ITIMER_REAL, &it, NULL);
+}
+
+
+/*
+ * First expiry: make Python raise TimeoutError at the next bytecode; the
+ * second one (code stuck in C or swallowing the error) ends the sandbox.
+ */
+static void
+rlm_on_alarm(int signo)
+{
+    int  saved;
+
+    (void) signo;
+    saved = errno;
+
+    if (rlm_armed) {
+        rlm_wall_hits++;
+
+        if (rlm_wall_hits == 1) {
+            rlm_fired = 1;
+            PyErr_SetInterruptEx(SIGALRM);
+            rlm_set_timer(RLM_WALL_GRACE_MS);
+
+        } else {
+            _exit(RLM_EXIT_WALL);
+        }
+    }
+
+    errno = saved;
+}
+
+
+/* the kernel repeats SIGXCPU every CPU second past the soft limit */
+static void
+rlm_on_xcpu(int signo)
+{
+    int  saved;
+
+    (void) signo;
+    saved = errno;
+
+    if (rlm_armed) {
+        rlm_cpu_hits++;
+
+        if (rlm_cpu_hits == 1) {
+            rlm_fired = 1;
+            PyErr_SetInterruptEx(SIGXCPU);
+
+        } else if (rlm_cpu_hits >= 3) {
+            _exit(RLM_EXIT_CPU);
+        }
+    }
+
+    errno = saved;
+}
+
+
+void
+rlm_child_install_signals(void)
+{
+    struct sigaction  sa;
+
+    /* after the runtime registered Python handlers for both signals */
+
+    memset(&sa, 0, sizeof(sa));
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = rlm_on_alarm;
+    sigaction(SIGALRM, &sa, NULL);
+
+    sa.sa_handler = rlm_on_xcpu;
+    sigaction(SIGXCPU, &sa, NULL);
+}
+
+
+static void
+rlm_cpu_soft(unsigned cpu_s)
+{
+    struct rlimit  rl;
+    struct rusage  ru;
+    rlim_t         used;
+
+    if (getrlimit(RLIMIT_CPU, &rl) != 0) {
+        return;
+    }
+
+    if (cpu_s == 0) {
+        rl.rlim_cur = rl.rlim_max;
+
+    } else {
+        getrusage(RUSAGE_SELF, &ru);
+        used = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1;
+        rl.rlim_cur = used + cpu_s;
+
+        if (rl.rlim_max != RLIM_INFINITY && rl.rlim_cur > rl.rlim_max) {
+            rl.rlim_cur = rl.rlim_max;
+        }
+    }
+
+    setrlimit(RLIMIT_CPU, &rl);
+}
+
+
+/* _rlm.run(code, namespace, wall_ms, cpu_s): evaluate one cell */
+static PyObject *
+rlm_py_run(PyObject *self, PyObject *args)
+{
+    PyObject  *code, *ns, *res;
+    long       wall_ms;
+    unsigned   cpu_s;
+
+    (void) self;
+
+    if (!PyArg_ParseTuple(args, "O!O!lI", &PyCode_Type, &code,
+                          &PyDict_Type, &ns, &wall_ms, &cpu_s))
+    {
+        return NULL;
+    }
+
+    rlm_fired = 0;
+    rlm_wall_hits = 0;
+    rlm_cpu_hits = 0;
+
+    rlm_cpu_soft(cpu_s);
+    rlm_armed = 1;
+    rlm_set_timer(wall_ms > 0 ? wall_ms : 1);
+
+    res = PyEval_EvalCode(code, ns, ns);
+
+    rlm_armed = 0;
+    rlm_set_timer(0);
+    rlm_cpu_soft(0);
+
+    /* a trip that raced the end of the cell: the handler now ignores it */
+
+    if (res != NULL && PyErr_CheckSignals() < 0) {
+        Py_CLEAR(res);
+    }
+
+    return res;
+}
+
+
+static PyObject *
+rlm_py_armed(PyObject *self, PyObject *noargs)
+{
+    (void) self;
+    (void) noargs;
+    return PyBool_FromLong(rlm_armed);
+}
+
+
+static PyObject *
+rlm_py_fired(PyObject *self, PyObject *noargs)
+{
+    (void) self;
+    (void) noargs;
+    return PyBool_FromLong(rlm_fired);
+}
+
+
+static PyObject *
+rlm_py_blob_len(PyObject *self, PyObject *noargs)
+{
+    (void) self;
+    (void) noargs;
+    return PyLong_FromUnsignedLong(rlm_blob_len);
+}
+
+
+/*
+ * _rlm.call(json): send a "call" frame, block for the host's reply and
+ * return its JSON text.  The wall timer is paused meanwhile: model latency
+ * is the host's business.
+ */
+static PyObject *
+rlm_py_call(PyObject *self, PyObject *args)
+{
+    const char        *json;
+    Py_ssize_t         len;
+    struct itimerval   saved, zero;
+    char              *rjson, *rblob;
+    uint32_t           rjl, rbl;
+    int                rc;
+    PyObject          *res;
+
+    (void) self;
+
+    if (!PyArg_ParseTuple(args, "s#", &json, &len)) {
+        return NULL;
+    }
+
+    if (rlm_conn < 0 || rlm_conn_broken) {
+        PyErr_SetString(PyExc_ConnectionResetError, "host channel closed");
+        return NULL;
+    }
+
+    memset(&zero, 0, sizeof(zero));
+    setitimer(ITIMER_REAL, &zero, &saved);
+
+    rc = -1;
+    rjson = NULL;
+    rblob = NULL;
+
+    if (rlm_frame_send(rlm_conn, json, len, NULL, 0) == 0) {
+        rc = rlm_frame_recv(rlm_conn, &rjson, &rjl, &rblob, &rbl,
+                            RLM_FRAME_JSON_MAX);
+    }
+
+    if (rlm_armed && (saved.it_value.tv_sec || saved.it_value.tv_usec)) {
+        setitimer(ITIMER_REAL, &saved, NULL);
+    }
+
+    free(rblob);
+
+    if (rc != 1) {
+        free(rjson);
+        rlm_conn_broken = 1;
+        PyErr_SetString(PyExc_ConnectionResetError,
+                        "host channel closed while waiting for a reply");
+        return NULL;
+    }
+
+    res = PyUnicode_DecodeUTF8(rjson, rjl, "replace");
+    free(rjson);
+
+    return res;
+}
+
+
+static PyMethodDef  rlm_methods[] = {
+    { "run", rlm_py_run, METH_VARARGS, "run a code object as one cell" },
+    { "call", rlm_py_call, METH_VARARGS, "call the host and wait" },
+    { "armed", rlm_py_armed, METH_NOARGS, "a cell is running" },
+    { "fired", rlm_py_fired, METH_NOARGS, "the last cell hit a timer" },
+    { "blob_len", rlm_py_blob_len, METH_NOARGS, "bytes of the blob" },
+    { NULL, NULL, 0, NULL }
+};
+
+
+static struct PyModuleDef  rlm_module = {
+    PyModuleDef_HEAD_INIT, "_rlm", "rlm-sandboxd runtime hooks", -1,
+    rlm_methods, NULL, NULL, NULL, NULL
+};
+
+
+PyObject *
+rlm_child_module_init(void)
+{
+    return PyModule_Create(&rlm_module);
+}
+
+
+/* word-at-a-time test that a buffer is 7-bit */
+static int
+rlm_is_ascii(const unsigned char *p, size_t n)
+{
+    uint64_t  acc, w;
+    size_t    i;
+
+    acc = 0;
+    i = 0;
+
+    for ( /* void */ ; i + 32 <= n; i += 32) {
+        memcpy(&w, p + i, 8);
+        acc |= w;
+        memcpy(&w, p + i + 8, 8);
+        acc |= w;
+        memcpy(&w, p + i + 16, 8);
+        acc |= w;
+        memcpy(&w, p + i + 24, 8);
+        acc |= w;
+
+        if (acc & 0x8080808080808080ull) {
+            return 0;
+        }
+    }
+
+    for ( /* void */ ; i < n; i++) {
+        if (p[i] & 0x80) {
+            return 0;
+        }
+    }
+
+    return (acc & 0x8080808080808080ull) == 0;
+}
+
+
+/*
+ * Read a blob straight into a str object: for 7-bit data (the usual
+ * context) the socket bytes land in the string's own storage, so a 100 MB
+ * context costs 100 MB once.  Other data is decoded from that buffer.
+ */
+static PyObject *
+rlm_read_blob(int fd, uint32_t len, int *io_error)
+{
+    PyObject  *s, *d;
+    char      *data;
+
+    *io_error = 0;
+
+    s = PyUnicode_New(len, 127);
+    if (s == NULL) {
+        return NULL;
+    }
+
+    data = PyUnicode_DATA(s);
+
+    if (rlm_read_full(fd, data, len) != 1) {
+        Py_DECREF(s);
+        *io_error = 1;
+        return NULL;
+    }
+
+    if (rlm_is_ascii((unsigned char *) data, len)) {
+        return s;
+    }
+
+    d = PyUnicode_DecodeUTF8(data, len, "replace");
+    Py_DECREF(s);
+
+    return d;
+}
+
+
+static void
+rlm_send_error(int fd, const char *status, const char *ename,
+    const char *evalue)
+{
+    char  buf[512];
+    int   n;
+
+    n = snprintf(buf, sizeof(buf),
+                 "{\"type\":\"result\",\"status\":\"%s\",\"error\":"
+                 "{\"ename\":\"%s\",\"evalue\":\"%s\",\"traceback\":\"\"}}",
+                 status, ename, evalue);
+
+    rlm_frame_send(fd, buf, n, NULL, 0);
+}
+
+
+static int
+rlm_discard(int fd, uint64_t n)
+{
+    char    buf[65536];
+    size_t  chunk;
+
+    while (n > 0) {
+        chunk = n < sizeof(buf) ? n : sizeof(buf);
+
+        if (rlm_read_full(fd, buf, chunk) != 1) {
+            return -1;
+        }
+
+        n -= chunk;
+    }
+
+    return 0;
+}
+
+
+static void
+rlm_serve_conn(int fd)
+{
+    unsigned char  hdr[RLM_FRAME_HDR_LEN];
+    uint32_t       jl, bl;
+    PyObject      *json, *blob, *res;
+    int            io_error;
+    char          *out;
+    Py_ssize_t     outlen;
+
+    rlm_conn = fd;
+    rlm_conn_broken = 0;
+
+    for ( ;; ) {
+        if (rlm_read_full(fd, hdr, sizeof(hdr)) != 1) {
+            break;
+        }
+
+        rlm_frame_get_hdr(hdr, &jl, &bl);
+
+        if (jl == 0 || jl > RLM_FRAME_JSON_MAX) {
+            rlm_send_error(fd, "error", "ProtocolError",
+                           "frame lengths out of range");
+            break;
+        }
+
+        if (bl > rlm_max_blob) {
+            /* a well-formed frame we refuse: skip it, keep the session */
+            if (rlm_discard(fd, (uint64_t) jl + bl) != 0) {
+                break;
+            }
+
+            rlm_send_error(fd, "error", "ProtocolError",
+                           "blob larger than the manager's max_blob");
+            continue;
+        }
+
+        json = PyBytes_FromStringAndSize(NULL, jl);
+        if (json == NULL) {
+            PyErr_Clear();
+            rlm_send_error(fd, "oom", "MemoryError", "request too large");
+            break;
+        }
+
+        if (rlm_read_full(fd, PyBytes_AS_STRING(json), jl) != 1) {
+            Py_DECREF(json);
+            break;
+        }
+
+        blob = NULL;
+
+        if (bl > 0) {
+            blob = rlm_read_blob(fd, bl, &io_error);
+
+            if (blob == NULL) {
+                PyErr_Clear();
+                Py_DECREF(json);
+
+                if (!io_error) {
+                    rlm_send_error(fd, "oom", "MemoryError",
+                                   "blob does not fit in memory");
+                }
+
+                break;
+            }
+        }
+
+        rlm_blob_len = bl;
+
+        res = PyObject_CallFunctionObjArgs(rlm_dispatch_fn, json,
+                                           blob ? blob : Py_None, NULL);
+        Py_DECREF(json);
+        Py_XDECREF(blob);
+
+        if (rlm_conn_broken) {
+            Py_XDECREF(res);
+            PyErr_Clear();
+            break;
+        }
+
+        if (res == NULL || !PyBytes_Check(res)) {
+            Py_XDECREF(res);
+            PyErr_Clear();
+            rlm_send_error(fd, "error", "InternalError",
+                           "runtime failed to answer");
+            continue;
+        }
+
+        PyBytes_AsStringAndSize(res, &out, &outlen);
+
+        if (rlm_frame_send(fd, out, outlen, NULL, 0) != 0) {
+            Py_DECREF(res);
+            break;
+        }
+
+        Py_DECREF(res);
+    }
+
+    rlm_conn = -1;
+}
+
+
+static void
+rlm_child_fail(const char *what)
+{
+    if (PyErr_Occurred()) {
+        PyErr_Print();
+    }
+
+    rlm_log("sandbox %d: %s", (int) getpid(), what);
+    _exit(RLM_EXIT_INTERNAL);
+}
+
+
+void
+rlm_child_main(rlm_conf_t *conf, const rlm_jail_limits_t *jl,
+    const rlm_limits_t *limits, int listen_fd)
+{
+    sigset_t   none;
+    PyObject  *r;
+    int        fd;
+
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    PyOS_AfterFork_Child();
+
+    rlm_max_blob = conf->max_blob;
+
+    r = PyObject_CallFunction(rlm_configure_fn, "III", limits->wall_ms,
+                              limits->cpu_s, limits->output_bytes);
+    if (r == NULL) {
+        rlm_child_fail("configure failed");
+    }
+
+    Py_DECREF(r);
+
+    r = PyObject_CallNoArgs(rlm_after_fork_fn);
+    if (r == NULL) {
+        rlm_child_fail("reseed failed");
+    }
+
+    Py_DECREF(r);
+
+    if (rlm_jail_enter(&conf->jail, jl, listen_fd) != 0) {
+        rlm_log("sandbox %d: jail: %s", (int) getpid(), conf->jail.err);
+        _exit(RLM_JAIL_EXIT_SETUP);
+    }
+
+    for ( ;; ) {
+        fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) {
+                continue;
+            }
+
+            _exit(RLM_EXIT_INTERNAL);
+        }
+
+        rlm_serve_conn(fd);
+        close(fd);
+    }
+}

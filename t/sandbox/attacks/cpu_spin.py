@@ -1,0 +1,3 @@
+# CPU spin in pure Python: the per-cell CPU budget raises TimeoutError.
+while True:
+    pass

@@ -1,0 +1,2 @@
+# Host secrets: there is no /etc in the jail.
+open("/etc/shadow").read()

@@ -1,0 +1,4 @@
+# Become root again.
+import os
+print("uid", os.getuid())
+os.setuid(0)

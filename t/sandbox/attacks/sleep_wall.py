@@ -1,0 +1,3 @@
+# Sleep far beyond the wall limit: interrupted by the wall timer.
+import time
+time.sleep(3600)

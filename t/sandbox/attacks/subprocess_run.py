@@ -1,0 +1,3 @@
+# subprocess: the fork/vfork is refused.
+import subprocess
+subprocess.run(["/bin/sh", "-c", "id"])
