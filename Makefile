@@ -90,7 +90,7 @@ asan:
 asan-test:
 	$(MAKE) SAN=1 all
 	$(PROVE_ENV) LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
-	    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+	    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 RLM_SANITIZED=1 \
 	    prove -I t/lib -I t -r $(TESTS)
 
 valgrind-test: all

@@ -284,9 +284,13 @@ sub expand_env_in_text ($$$) {
         my $var = $1;
         my $val;
         if ($var =~ /^TEST_NGINX_RAND_PORT_[0-9]+$/) {
-            $val = $rand_ports->{$var} //= pick_free_port({
-                $ServerPort => 1, map { $_ => 1 } values %$rand_ports
+            # pick before assigning: `//=` would create the key as undef
+            # first and the port list below would see it
+            $val = $rand_ports->{$var} // pick_free_port({
+                $ServerPort => 1,
+                map { $_ => 1 } grep { defined } values %$rand_ports
             });
+            $rand_ports->{$var} = $val;
             bail_out("$name - no free port for $var") unless defined $val;
 
         } else {
