@@ -6,6 +6,7 @@
 #   make asan         build with AddressSanitizer + UBSan into build/asan
 #   make asan-test    run the suites against the ASan build
 #   make valgrind-test  run the suites with nginx under valgrind memcheck
+#   make fuzz         run the parser fuzzers (FUZZ_SECONDS each)
 
 PORT      ?= 8080
 SAN       ?=
@@ -33,7 +34,8 @@ PROVE_ENV := TEST_NGINX_BINARY=$(NGINX) \
 
 TESTS     ?= t/
 
-.PHONY: all deps module sandbox run-prefix run test asan asan-test valgrind-test clean
+.PHONY: all deps module sandbox run-prefix run test asan asan-test \
+        valgrind-test fuzz bench-llm clean
 
 all: deps module sandbox
 
@@ -57,7 +59,8 @@ $(B)/nginx-src/objs/Makefile: config | deps
 
 $(MODULE): $(B)/nginx-src/objs/Makefile $(MOD_SRCS)
 	$(MAKE) -s -C $(B)/nginx-src -f objs/Makefile modules
-	cp $(B)/nginx-src/objs/ngx_http_rlm_module.so $@
+	cp $(B)/nginx-src/objs/ngx_http_rlm_module.so $@.tmp
+	mv $@.tmp $@
 
 sandbox: | deps
 	$(MAKE) -s -C sandbox BUILD=$(B) SAN=$(SAN)
@@ -95,6 +98,14 @@ asan-test:
 
 valgrind-test: all
 	$(PROVE_ENV) TEST_NGINX_USE_VALGRIND=1 prove -I t/lib -I t -r $(TESTS)
+
+# libFuzzer targets for the response and SSE parsers (needs clang)
+fuzz:
+	@command -v clang >/dev/null || apt-get install -y -qq clang
+	t/fuzz/run.sh $(or $(FUZZ_SECONDS),60)
+
+bench-llm: all
+	RLM_MODULE=$(MODULE) bench/llm_batched
 
 clean:
 	rm -rf build t/servroot*

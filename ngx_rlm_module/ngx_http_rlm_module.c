@@ -10,7 +10,12 @@
 #include "ngx_http_rlm_module.h"
 
 
+static ngx_int_t ngx_http_rlm_preconfiguration(ngx_conf_t *cf);
+static ngx_int_t ngx_http_rlm_postconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_rlm_init_module(ngx_cycle_t *cycle);
+static ngx_int_t ngx_http_rlm_init_process(ngx_cycle_t *cycle);
+static void ngx_http_rlm_exit_process(ngx_cycle_t *cycle);
+static void ngx_http_rlm_exit_master(ngx_cycle_t *cycle);
 static void *ngx_http_rlm_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_rlm_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_rlm_create_loc_conf(ngx_conf_t *cf);
@@ -18,6 +23,10 @@ static char *ngx_http_rlm_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static char *ngx_http_rlm_set_handler(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_rlm_sessions_zone(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static ngx_int_t ngx_http_rlm_add_zone(ngx_conf_t *cf,
+    ngx_http_rlm_main_conf_t *rmcf, ngx_str_t *name, size_t size);
 static char *ngx_http_rlm_check_path(ngx_conf_t *cf, void *post, void *data);
 static char *ngx_http_rlm_check_bounds(ngx_conf_t *cf, void *post,
     void *data);
@@ -133,6 +142,27 @@ static ngx_command_t  ngx_http_rlm_commands[] = {
       offsetof(ngx_http_rlm_main_conf_t, session_queue),
       &ngx_http_rlm_queue_bounds },
 
+    { ngx_string("rlm_sessions_zone"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
+      ngx_http_rlm_sessions_zone,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("rlm_context_max_size"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, context_max_size),
+      NULL },
+
+    { ngx_string("rlm_session_owner"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_loc_conf_t, owner),
+      NULL },
+
     { ngx_string("rlm_health"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_rlm_set_handler,
@@ -140,13 +170,27 @@ static ngx_command_t  ngx_http_rlm_commands[] = {
       0,
       (void *) NGX_HTTP_RLM_HANDLER_HEALTH },
 
+    { ngx_string("rlm_sessions_api"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_rlm_set_handler,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      (void *) NGX_HTTP_RLM_HANDLER_SESSIONS },
+
+    { ngx_string("rlm_metrics"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_rlm_set_handler,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      (void *) NGX_HTTP_RLM_HANDLER_METRICS },
+
       ngx_null_command
 };
 
 
 static ngx_http_module_t  ngx_http_rlm_module_ctx = {
-    NULL,                                  /* preconfiguration */
-    NULL,                                  /* postconfiguration */
+    ngx_http_rlm_preconfiguration,         /* preconfiguration */
+    ngx_http_rlm_postconfiguration,        /* postconfiguration */
 
     ngx_http_rlm_create_main_conf,         /* create main configuration */
     ngx_http_rlm_init_main_conf,           /* init main configuration */
@@ -166,19 +210,73 @@ ngx_module_t  ngx_http_rlm_module = {
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
     ngx_http_rlm_init_module,              /* init module */
-    NULL,                                  /* init process */
+    ngx_http_rlm_init_process,             /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
-    NULL,                                  /* exit process */
-    NULL,                                  /* exit master */
+    ngx_http_rlm_exit_process,             /* exit process */
+    ngx_http_rlm_exit_master,              /* exit master */
     NGX_MODULE_V1_PADDING
 };
+
+
+ngx_http_rlm_zone_t *
+ngx_http_rlm_zone(void)
+{
+    ngx_http_rlm_main_conf_t  *rmcf;
+
+    rmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_rlm_module);
+
+    if (rmcf == NULL || rmcf->shm_zone == NULL) {
+        return NULL;
+    }
+
+    return rmcf->shm_zone->data;
+}
+
+
+static ngx_int_t
+ngx_http_rlm_preconfiguration(ngx_conf_t *cf)
+{
+    return ngx_http_rlm_add_variables(cf);
+}
+
+
+static ngx_int_t
+ngx_http_rlm_postconfiguration(ngx_conf_t *cf)
+{
+    return ngx_http_rlm_api_init_body_filter(cf);
+}
 
 
 static ngx_int_t
 ngx_http_rlm_init_module(ngx_cycle_t *cycle)
 {
+    ngx_http_rlm_main_conf_t  *rmcf;
+
     /* runs in the master on start and on every reload */
+
+    rmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_rlm_module);
+
+    if (rmcf == NULL) {
+        return ngx_http_rlm_supervisor_init(cycle, NULL);
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
+                  "ngx_rlm/" NGX_HTTP_RLM_VERSION " loaded");
+
+    return ngx_http_rlm_supervisor_init(cycle, rmcf);
+}
+
+
+static ngx_int_t
+ngx_http_rlm_init_process(ngx_cycle_t *cycle)
+{
+    if (ngx_process != NGX_PROCESS_WORKER
+        && ngx_process != NGX_PROCESS_SINGLE)
+    {
+        return NGX_OK;
+    }
 
     if (ngx_http_cycle_get_module_main_conf(cycle, ngx_http_rlm_module)
         == NULL)
@@ -186,10 +284,21 @@ ngx_http_rlm_init_module(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
-    ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
-                  "ngx_rlm/" NGX_HTTP_RLM_VERSION " loaded");
+    return ngx_http_rlm_janitor_init(cycle);
+}
 
-    return NGX_OK;
+
+static void
+ngx_http_rlm_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_rlm_supervisor_exit(cycle);
+}
+
+
+static void
+ngx_http_rlm_exit_master(ngx_cycle_t *cycle)
+{
+    ngx_http_rlm_supervisor_exit(cycle);
 }
 
 
@@ -209,6 +318,8 @@ ngx_http_rlm_create_main_conf(ngx_conf_t *cf)
      *     rmcf->sandboxd = { 0, NULL };
      *     rmcf->sandboxd_socket = { 0, NULL };
      *     rmcf->runtime_dir = { 0, NULL };
+     *     rmcf->control_path = { 0, NULL };
+     *     rmcf->shm_zone = NULL;
      */
 
     rmcf->pool_size = NGX_CONF_UNSET_UINT;
@@ -220,6 +331,7 @@ ngx_http_rlm_create_main_conf(ngx_conf_t *cf)
     rmcf->output_max = NGX_CONF_UNSET_SIZE;
     rmcf->session_idle_timeout = NGX_CONF_UNSET;
     rmcf->session_queue = NGX_CONF_UNSET_UINT;
+    rmcf->context_max_size = NGX_CONF_UNSET_SIZE;
 
     return rmcf;
 }
@@ -243,6 +355,7 @@ ngx_http_rlm_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_size_value(rmcf->output_max, 1024 * 1024);
     ngx_conf_init_value(rmcf->session_idle_timeout, 3600);
     ngx_conf_init_uint_value(rmcf->session_queue, 16);
+    ngx_conf_init_size_value(rmcf->context_max_size, 256 * 1024 * 1024);
 
     if (rmcf->cell_cpu_time == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -277,6 +390,60 @@ ngx_http_rlm_init_main_conf(ngx_conf_t *cf, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    if (rmcf->session_idle_timeout == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"rlm_session_idle_timeout\" must be at least "
+                           "1s");
+        return NGX_CONF_ERROR;
+    }
+
+    if (rmcf->context_max_size == 0
+        || rmcf->context_max_size > (size_t) 0xffffffff)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"rlm_context_max_size\" must be between 1 "
+                           "and 4095m (the protocol's blob length is 32 "
+                           "bits)");
+        return NGX_CONF_ERROR;
+    }
+
+    /* where workers reach the manager */
+
+    if (rmcf->sandboxd_socket.len) {
+        rmcf->control_path = rmcf->sandboxd_socket;
+
+    } else if (rmcf->sandboxd.len) {
+        rmcf->control_path.len = rmcf->runtime_dir.len
+                                 + sizeof("/control.sock") - 1;
+        rmcf->control_path.data = ngx_pnalloc(cf->pool,
+                                              rmcf->control_path.len + 1);
+        if (rmcf->control_path.data == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_sprintf(rmcf->control_path.data, "%V/control.sock%Z",
+                    &rmcf->runtime_dir);
+    }
+
+    if (rmcf->control_path.len >= NGX_HTTP_RLM_PATH_LEN) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "the control socket path \"%V\" is too long "
+                           "for a unix socket (check \"rlm_runtime_dir\" "
+                           "or \"rlm_sandboxd_socket\")",
+                           &rmcf->control_path);
+        return NGX_CONF_ERROR;
+    }
+
+    if (rmcf->shm_zone == NULL) {
+        ngx_str_t  name = ngx_string("rlm_sessions");
+
+        if (ngx_http_rlm_add_zone(cf, rmcf, &name, 4 * 1024 * 1024)
+            != NGX_OK)
+        {
+            return NGX_CONF_ERROR;
+        }
+    }
+
     return NGX_CONF_OK;
 }
 
@@ -297,6 +464,8 @@ ngx_http_rlm_create_loc_conf(ngx_conf_t *cf)
      *     rlcf->handler = NGX_HTTP_RLM_HANDLER_NONE;
      */
 
+    rlcf->owner = NGX_CONF_UNSET_PTR;
+
     return rlcf;
 }
 
@@ -304,7 +473,26 @@ ngx_http_rlm_create_loc_conf(ngx_conf_t *cf)
 static char *
 ngx_http_rlm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 {
+    ngx_http_rlm_loc_conf_t *prev = parent;
+    ngx_http_rlm_loc_conf_t *conf = child;
+
+    ngx_http_core_loc_conf_t  *clcf;
+
     /* handlers are not inherited: a location serves what it names itself */
+
+    ngx_conf_merge_ptr_value(conf->owner, prev->owner, NULL);
+
+    if (conf->handler == NGX_HTTP_RLM_HANDLER_SESSIONS) {
+        clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+        /*
+         * The module checks body sizes itself, per route, so that a
+         * Content-Length over rlm_context_max_size gets a JSON 413; a
+         * chunked body is stopped by its request body filter.
+         */
+
+        clcf->client_max_body_size = 0;
+    }
 
     return NGX_CONF_OK;
 }
@@ -327,6 +515,78 @@ ngx_http_rlm_set_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     clcf->handler = ngx_http_rlm_handler;
 
     return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_rlm_sessions_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_rlm_main_conf_t  *rmcf = conf;
+
+    ssize_t     size;
+    ngx_str_t  *value;
+
+    value = cf->args->elts;
+
+    if (rmcf->shm_zone) {
+        return "is duplicate";
+    }
+
+    if (value[1].len == 0) {
+        return "needs a zone name";
+    }
+
+    size = ngx_parse_size(&value[2]);
+
+    if (size == NGX_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid zone size \"%V\"", &value[2]);
+        return NGX_CONF_ERROR;
+    }
+
+    if (size < (ssize_t) (64 * 1024)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "zone \"%V\" is too small: at least 64k",
+                           &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_http_rlm_add_zone(cf, rmcf, &value[1], size) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rlm_add_zone(ngx_conf_t *cf, ngx_http_rlm_main_conf_t *rmcf,
+    ngx_str_t *name, size_t size)
+{
+    ngx_http_rlm_zone_t  *z;
+
+    z = ngx_pcalloc(cf->pool, sizeof(ngx_http_rlm_zone_t));
+    if (z == NULL) {
+        return NGX_ERROR;
+    }
+
+    rmcf->shm_zone = ngx_shared_memory_add(cf, name, size,
+                                           &ngx_http_rlm_module);
+    if (rmcf->shm_zone == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (rmcf->shm_zone->data) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "rlm_sessions_zone \"%V\" is already defined",
+                           name);
+        return NGX_ERROR;
+    }
+
+    rmcf->shm_zone->init = ngx_http_rlm_session_init_zone;
+    rmcf->shm_zone->data = z;
+
+    return NGX_OK;
 }
 
 
@@ -380,16 +640,33 @@ ngx_http_rlm_check_bounds(ngx_conf_t *cf, void *post, void *data)
 static ngx_int_t
 ngx_http_rlm_handler(ngx_http_request_t *r)
 {
+    ngx_int_t                 rc;
     ngx_http_rlm_loc_conf_t  *rlcf;
 
     rlcf = ngx_http_get_module_loc_conf(r, ngx_http_rlm_module);
 
+    ngx_http_rlm_enter_handler();
+
     switch (rlcf->handler) {
 
     case NGX_HTTP_RLM_HANDLER_HEALTH:
-        return ngx_http_rlm_health_handler(r);
+        rc = ngx_http_rlm_health_handler(r);
+        break;
+
+    case NGX_HTTP_RLM_HANDLER_SESSIONS:
+        rc = ngx_http_rlm_sessions_handler(r);
+        break;
+
+    case NGX_HTTP_RLM_HANDLER_METRICS:
+        rc = ngx_http_rlm_metrics_handler(r);
+        break;
 
     default:
-        return NGX_DECLINED;
+        rc = NGX_DECLINED;
+        break;
     }
+
+    ngx_http_rlm_leave_handler();
+
+    return rc;
 }

@@ -12,23 +12,164 @@
 
 #include <ngx_config.h>
 #include <ngx_core.h>
+#include <ngx_event.h>
 #include <ngx_http.h>
+
+#include <jansson.h>
 
 
 #define NGX_HTTP_RLM_VERSION        "0.1.0"
+
+#define NGX_HTTP_RLM_ID_BYTES       16
+#define NGX_HTTP_RLM_ID_HEX         (2 * NGX_HTTP_RLM_ID_BYTES)
+#define NGX_HTTP_RLM_SANDBOX_LEN    64
+#define NGX_HTTP_RLM_PATH_LEN       108
+#define NGX_HTTP_RLM_OWNER_LEN      128
+#define NGX_HTTP_RLM_REASON_LEN     32
+
+/* a JSON part larger than this is a protocol error (docs/protocol.md) */
+#define NGX_HTTP_RLM_FRAME_JSON_MAX (16 * 1024 * 1024)
+
+/* eval and create bodies are small JSON documents */
+#define NGX_HTTP_RLM_EVAL_BODY_MAX  (16 * 1024 * 1024)
+
+#define NGX_HTTP_RLM_CONTROL_TIMEOUT  5000
 
 
 /* what a location serves, set by the handler directives */
 typedef enum {
     NGX_HTTP_RLM_HANDLER_NONE = 0,
-    NGX_HTTP_RLM_HANDLER_HEALTH
+    NGX_HTTP_RLM_HANDLER_HEALTH,
+    NGX_HTTP_RLM_HANDLER_SESSIONS,
+    NGX_HTTP_RLM_HANDLER_METRICS
 } ngx_http_rlm_handler_e;
+
+
+/* cell outcomes, in the order the metrics list them */
+typedef enum {
+    NGX_HTTP_RLM_CELL_OK = 0,
+    NGX_HTTP_RLM_CELL_ERROR,
+    NGX_HTTP_RLM_CELL_TIMEOUT,
+    NGX_HTTP_RLM_CELL_OOM,
+    NGX_HTTP_RLM_CELL_TRUNCATED,
+    NGX_HTTP_RLM_CELL_CRASHED,
+    NGX_HTTP_RLM_CELL_LOST,
+    NGX_HTTP_RLM_CELL_NSTATUS
+} ngx_http_rlm_cell_status_e;
+
+
+/* why a sandbox died, as the manager's status op reports it */
+typedef enum {
+    NGX_HTTP_RLM_DEATH_OOM = 0,
+    NGX_HTTP_RLM_DEATH_CRASHED,
+    NGX_HTTP_RLM_DEATH_KILLED,
+    NGX_HTTP_RLM_DEATH_EXITED,
+    NGX_HTTP_RLM_DEATH_N
+} ngx_http_rlm_death_e;
+
+
+#define NGX_HTTP_RLM_HIST_N         11
+
+
+/* counters in shared memory, updated with atomic adds */
+typedef struct {
+    ngx_atomic_t                sessions_created;
+    ngx_atomic_t                sessions_deleted;
+    ngx_atomic_t                sessions_expired;
+    ngx_atomic_t                sessions_rejected;
+    ngx_atomic_t                cells[NGX_HTTP_RLM_CELL_NSTATUS];
+    ngx_atomic_t                cells_rejected;
+    ngx_atomic_t                cell_hist[NGX_HTTP_RLM_HIST_N];
+    ngx_atomic_t                cell_us_sum;
+    ngx_atomic_t                cell_count;
+    ngx_atomic_t                sandbox_starts;
+    ngx_atomic_t                sandbox_deaths[NGX_HTTP_RLM_DEATH_N];
+    ngx_atomic_t                context_loads;
+    ngx_atomic_t                context_bytes;
+    ngx_atomic_t                manager_up;
+} ngx_http_rlm_stats_t;
+
+
+/* the supervisor's memory of manager starts, shared with its children */
+typedef struct {
+    ngx_atomic_t                starts;          /* generation */
+    ngx_atomic_t                restarts;
+    time_t                      last_start;
+    ngx_uint_t                  fast_failures;
+    ngx_uint_t                  planned;         /* a reload asked for it */
+    ngx_pid_t                   pid;
+} ngx_http_rlm_super_t;
+
+
+typedef enum {
+    NGX_HTTP_RLM_SESSION_CREATING = 0,
+    NGX_HTTP_RLM_SESSION_ACTIVE,
+    NGX_HTTP_RLM_SESSION_LOST
+} ngx_http_rlm_session_state_e;
+
+
+typedef struct {
+    ngx_rbtree_node_t           node;      /* key: first id bytes */
+    ngx_queue_t                 lru;       /* most recently used first */
+    ngx_queue_t                 waiters;   /* cells waiting, in order */
+
+    u_char                      id[NGX_HTTP_RLM_ID_BYTES];
+
+    unsigned                    state:2;
+    unsigned                    deleted:1;
+    unsigned                    busy:1;
+
+    ngx_uint_t                  refs;      /* requests holding it */
+    ngx_uint_t                  nwaiting;
+    ngx_pid_t                   busy_pid;
+
+    time_t                      created;
+    time_t                      last_used;
+
+    uint64_t                    cells;
+    uint64_t                    errors;
+    uint64_t                    cell_us;
+    uint64_t                    context_bytes;
+
+    ngx_uint_t                  generation;
+    ngx_pid_t                   sandbox_pid;
+
+    u_char                      sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
+    u_char                      path[NGX_HTTP_RLM_PATH_LEN];
+    u_char                      reason[NGX_HTTP_RLM_REASON_LEN];
+
+    size_t                      owner_len;
+    u_char                      owner[NGX_HTTP_RLM_OWNER_LEN];
+} ngx_http_rlm_session_t;
+
+
+typedef struct {
+    ngx_queue_t                 queue;
+    ngx_pid_t                   pid;
+} ngx_http_rlm_waiter_t;
+
+
+typedef struct {
+    ngx_rbtree_t                rbtree;
+    ngx_rbtree_node_t           sentinel;
+    ngx_queue_t                 lru;
+    ngx_uint_t                  count;
+    ngx_http_rlm_stats_t        stats;
+    ngx_http_rlm_super_t        super;
+} ngx_http_rlm_shctx_t;
+
+
+typedef struct {
+    ngx_http_rlm_shctx_t       *sh;
+    ngx_slab_pool_t            *shpool;
+} ngx_http_rlm_zone_t;
 
 
 typedef struct {
     ngx_str_t                   sandboxd;          /* manager executable */
     ngx_str_t                   sandboxd_socket;   /* external manager */
     ngx_str_t                   runtime_dir;
+    ngx_str_t                   control_path;      /* the socket we use */
 
     ngx_uint_t                  pool_size;
     ngx_uint_t                  max_sessions;
@@ -41,20 +182,275 @@ typedef struct {
 
     time_t                      session_idle_timeout;
     ngx_uint_t                  session_queue;
+
+    size_t                      context_max_size;
+
+    ngx_shm_zone_t             *shm_zone;
+    ngx_flag_t                  used;              /* any rlm location */
 } ngx_http_rlm_main_conf_t;
 
 
 typedef struct {
     ngx_http_rlm_handler_e      handler;
+    ngx_http_complex_value_t   *owner;
 } ngx_http_rlm_loc_conf_t;
 
 
-ngx_int_t ngx_http_rlm_health_handler(ngx_http_request_t *r);
+/* per-request state, also read by the variables */
+typedef struct {
+    void                       *eval;              /* ngx_http_rlm_eval_t */
+    u_char                      session_id[NGX_HTTP_RLM_ID_HEX];
+    ngx_str_t                   cell_status;
+    off_t                       body_cap;          /* 0: not ours */
+    off_t                       body_received;
+    ngx_uint_t                  sandbox_us;
+    unsigned                    has_session:1;
+    unsigned                    has_sandbox_time:1;
+} ngx_http_rlm_ctx_t;
 
+
+/* a non-blocking exchange of frames with a unix socket peer */
+
+typedef struct ngx_http_rlm_peer_s  ngx_http_rlm_peer_t;
+
+typedef enum {
+    NGX_HTTP_RLM_PEER_OK = 0,
+    NGX_HTTP_RLM_PEER_UNREACHABLE,    /* no socket, refused */
+    NGX_HTTP_RLM_PEER_CLOSED,         /* closed before the exchange ended */
+    NGX_HTTP_RLM_PEER_TIMEDOUT,
+    NGX_HTTP_RLM_PEER_ERROR           /* bad frame, system error */
+} ngx_http_rlm_peer_status_e;
+
+/*
+ * Called with every frame the peer sends.  NGX_AGAIN keeps reading
+ * (the handler may have queued more frames with _peer_send()), NGX_OK
+ * ends the exchange successfully, NGX_ERROR ends it as an error.
+ */
+typedef ngx_int_t (*ngx_http_rlm_peer_frame_pt)(ngx_http_rlm_peer_t *p,
+    json_t *msg);
+typedef void (*ngx_http_rlm_peer_done_pt)(ngx_http_rlm_peer_t *p,
+    ngx_http_rlm_peer_status_e status);
+
+
+typedef struct {
+    u_char                      hdr[8];
+    size_t                      hdr_got;
+    u_char                     *json;
+    size_t                      json_len;
+    size_t                      json_got;
+    size_t                      blob_len;
+    size_t                      blob_got;
+    ngx_uint_t                  state;
+} ngx_http_rlm_frame_decoder_t;
+
+
+struct ngx_http_rlm_peer_s {
+    ngx_pool_t                 *pool;
+    ngx_log_t                  *log;
+    ngx_connection_t           *connection;
+    ngx_str_t                   path;
+
+    ngx_chain_t                *out;
+    ngx_buf_t                  *in;
+    ngx_http_rlm_frame_decoder_t  decoder;
+
+    ngx_msec_t                  timeout;
+    ngx_event_t                 retry;         /* backlog was full */
+    ngx_msec_t                  connect_deadline;
+
+    ngx_http_rlm_peer_frame_pt  frame_handler;
+    ngx_http_rlm_peer_done_pt   done_handler;
+    void                       *data;
+
+    unsigned                    finished:1;
+    unsigned                    connected:1;
+};
+
+
+/* a control-socket request's outcome */
+typedef void (*ngx_http_rlm_control_pt)(void *data, json_t *reply,
+    ngx_http_rlm_peer_status_e status);
+
+
+/*
+ * Engine hook: a "call" frame from code during exec (llm_query,
+ * rlm_query, tool ...).  Every new cell copies ngx_http_rlm_call_handler
+ * into ev->call_handler; an engine sets the global at configuration time,
+ * or replaces ev->call_handler per cell.  The handler answers each call
+ * exactly once with ngx_http_rlm_eval_reply() (at once, or later from its
+ * own events) and returns NGX_OK; NGX_ERROR ends the cell as a protocol
+ * error.  While a call is outstanding the sandbox's wall clock is paused,
+ * so an engine that waits long extends the host-side deadline with
+ * ngx_http_rlm_eval_extend().  ev->request, ev->session and ev->peer are
+ * valid until the result frame arrives; ev->engine_data is the engine's.
+ * The default handler answers that model calls are not configured.
+ */
+typedef struct ngx_http_rlm_eval_s  ngx_http_rlm_eval_t;
+
+typedef ngx_int_t (*ngx_http_rlm_call_pt)(ngx_http_rlm_eval_t *ev,
+    json_t *call);
+
+extern ngx_http_rlm_call_pt  ngx_http_rlm_call_handler;
+
+
+/* one cell (exec) or context load on a session, bound to a request */
+struct ngx_http_rlm_eval_s {
+    ngx_http_request_t         *request;
+    ngx_http_rlm_zone_t        *zone;
+    ngx_http_rlm_session_t     *session;
+    ngx_http_rlm_waiter_t      *waiter;
+    ngx_http_rlm_peer_t        *peer;
+
+    ngx_event_t                 wait_event;
+    ngx_msec_t                  wait_delay;
+
+    json_t                     *frame;         /* exec / load_context */
+    ngx_chain_t                *blob;
+    size_t                      blob_len;
+    ngx_msec_t                  timeout;
+    json_t                     *result;
+
+    ngx_str_t                   path;
+    u_char                      sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
+    u_char                      reason[NGX_HTTP_RLM_REASON_LEN];
+    ngx_uint_t                  generation;
+
+    struct timespec             started;
+    ngx_uint_t                  cell_us;
+    ngx_int_t                   answer_rc;
+    ngx_uint_t                  status_tries;
+
+    /* the engine's hook for "call" frames and its per-cell state */
+    ngx_http_rlm_call_pt        call_handler;
+    void                       *engine_data;
+
+    unsigned                    context:1;
+    unsigned                    referenced:1;
+    unsigned                    running:1;
+    unsigned                    sent:1;
+    unsigned                    finalized:1;
+};
+
+
+/* ngx_http_rlm_module.c */
+ngx_http_rlm_zone_t *ngx_http_rlm_zone(void);
+
+/* ngx_http_rlm_reply.c */
 ngx_int_t ngx_http_rlm_send_json(ngx_http_request_t *r, ngx_uint_t status,
     u_char *data, size_t len);
+ngx_int_t ngx_http_rlm_send_json_value(ngx_http_request_t *r,
+    ngx_uint_t status, json_t *value);
 ngx_int_t ngx_http_rlm_send_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *type, const char *code, const char *message);
+ngx_int_t ngx_http_rlm_send_error_param(ngx_http_request_t *r,
+    ngx_uint_t status, const char *type, const char *code,
+    const char *param, const char *message);
+ngx_int_t ngx_http_rlm_set_header(ngx_http_request_t *r, const char *name,
+    const char *value);
+ngx_http_rlm_ctx_t *ngx_http_rlm_get_ctx(ngx_http_request_t *r);
+void ngx_http_rlm_finalize(ngx_http_request_t *r, ngx_int_t rc);
+void ngx_http_rlm_enter_handler(void);
+void ngx_http_rlm_leave_handler(void);
+
+/* ngx_http_rlm_health.c */
+ngx_int_t ngx_http_rlm_health_handler(ngx_http_request_t *r);
+
+/* ngx_http_rlm_metrics.c */
+ngx_int_t ngx_http_rlm_metrics_handler(ngx_http_request_t *r);
+void ngx_http_rlm_metrics_cell(ngx_http_rlm_cell_status_e status,
+    ngx_uint_t us);
+void ngx_http_rlm_metrics_death(const char *reason);
+ngx_http_rlm_cell_status_e ngx_http_rlm_cell_status(const char *s);
+const char *ngx_http_rlm_cell_status_name(ngx_http_rlm_cell_status_e st);
+
+/* ngx_http_rlm_variables.c */
+ngx_int_t ngx_http_rlm_add_variables(ngx_conf_t *cf);
+
+/* ngx_http_rlm_frame.c */
+ngx_chain_t *ngx_http_rlm_frame_encode(ngx_pool_t *pool, json_t *msg,
+    size_t blob_len);
+ngx_int_t ngx_http_rlm_frame_decode(ngx_http_rlm_frame_decoder_t *d,
+    u_char **pos, u_char *last, ngx_log_t *log);
+void ngx_http_rlm_frame_decoder_reset(ngx_http_rlm_frame_decoder_t *d);
+
+/* ngx_http_rlm_peer.c */
+ngx_http_rlm_peer_t *ngx_http_rlm_peer_create(ngx_pool_t *pool,
+    ngx_log_t *log, ngx_str_t *path);
+ngx_int_t ngx_http_rlm_peer_start(ngx_http_rlm_peer_t *p);
+ngx_int_t ngx_http_rlm_peer_send(ngx_http_rlm_peer_t *p, ngx_chain_t *cl);
+void ngx_http_rlm_peer_close(ngx_http_rlm_peer_t *p);
+
+/* ngx_http_rlm_control.c */
+ngx_int_t ngx_http_rlm_control(ngx_pool_t *pool, ngx_log_t *log,
+    json_t *req, ngx_msec_t timeout, ngx_http_rlm_control_pt handler,
+    void *data);
+void ngx_http_rlm_control_release(ngx_log_t *log, u_char *sandbox);
+json_t *ngx_http_rlm_control_limits(ngx_http_rlm_main_conf_t *rmcf);
+
+/* ngx_http_rlm_session.c */
+ngx_int_t ngx_http_rlm_session_init_zone(ngx_shm_zone_t *shm_zone,
+    void *data);
+ngx_int_t ngx_http_rlm_session_parse_id(u_char *hex, size_t len,
+    u_char *id);
+void ngx_http_rlm_session_format_id(u_char *id, u_char *hex);
+ngx_int_t ngx_http_rlm_session_random_id(u_char *id, ngx_log_t *log);
+ngx_int_t ngx_http_rlm_session_reserve(ngx_http_rlm_zone_t *z, u_char *id,
+    ngx_str_t *owner, ngx_uint_t max, ngx_http_rlm_session_t **sp);
+void ngx_http_rlm_session_activate(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s, json_t *reply);
+void ngx_http_rlm_session_abort(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s);
+ngx_http_rlm_session_t *ngx_http_rlm_session_get(ngx_http_rlm_zone_t *z,
+    u_char *id, ngx_str_t *owner);
+void ngx_http_rlm_session_put(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s);
+ngx_int_t ngx_http_rlm_session_delete(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s, u_char *sandbox);
+ngx_uint_t ngx_http_rlm_session_deleted(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s);
+ngx_uint_t ngx_http_rlm_session_lost(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s, const char *reason);
+json_t *ngx_http_rlm_session_json(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s);
+json_t *ngx_http_rlm_session_list(ngx_http_rlm_zone_t *z, ngx_str_t *owner);
+ngx_int_t ngx_http_rlm_session_enter(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s, ngx_uint_t max_waiting,
+    ngx_http_rlm_waiter_t **wp);
+ngx_int_t ngx_http_rlm_session_poll(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s, ngx_http_rlm_waiter_t *w);
+void ngx_http_rlm_session_leave(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s, ngx_http_rlm_waiter_t *w);
+uint64_t ngx_http_rlm_session_done(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s, ngx_uint_t cell_us, ngx_uint_t error,
+    size_t context_bytes);
+void ngx_http_rlm_session_copy_sandbox(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s, ngx_str_t *path, u_char *sandbox,
+    ngx_uint_t *generation, ngx_uint_t *state, u_char *reason);
+void ngx_http_rlm_session_expire(ngx_http_rlm_zone_t *z, time_t idle,
+    ngx_log_t *log);
+
+/* ngx_http_rlm_api.c */
+ngx_int_t ngx_http_rlm_sessions_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_rlm_api_owner(ngx_http_request_t *r, ngx_str_t *owner);
+ngx_int_t ngx_http_rlm_api_init_body_filter(ngx_conf_t *cf);
+ngx_int_t ngx_http_rlm_api_body_cap(ngx_http_request_t *r, off_t cap);
+
+/* ngx_http_rlm_eval.c */
+ngx_int_t ngx_http_rlm_eval_handler(ngx_http_request_t *r,
+    ngx_http_rlm_session_t *s, ngx_uint_t context);
+ngx_int_t ngx_http_rlm_eval_reply(ngx_http_rlm_eval_t *ev, json_t *reply);
+void ngx_http_rlm_eval_extend(ngx_http_rlm_eval_t *ev, ngx_msec_t timeout);
+ngx_int_t ngx_http_rlm_eval_default_call(ngx_http_rlm_eval_t *ev,
+    json_t *call);
+
+/* ngx_http_rlm_supervisor.c */
+ngx_int_t ngx_http_rlm_supervisor_init(ngx_cycle_t *cycle,
+    ngx_http_rlm_main_conf_t *rmcf);
+void ngx_http_rlm_supervisor_exit(ngx_cycle_t *cycle);
+void ngx_http_rlm_supervisor_worker_tidy(void);
+
+/* ngx_http_rlm_janitor.c */
+ngx_int_t ngx_http_rlm_janitor_init(ngx_cycle_t *cycle);
 
 
 extern ngx_module_t  ngx_http_rlm_module;

@@ -2,13 +2,81 @@
 /*
  * ngx_rlm: Recursive Language Models served by nginx.
  *
- * JSON responses and OpenAI-style error envelopes.
+ * JSON responses, OpenAI-style error envelopes and the per-request
+ * context.
  */
 
 
-#include <jansson.h>
-
 #include "ngx_http_rlm_module.h"
+
+
+static void ngx_http_rlm_free_text(void *data);
+
+
+static ngx_uint_t  ngx_http_rlm_handler_depth;
+
+
+ngx_http_rlm_ctx_t *
+ngx_http_rlm_get_ctx(ngx_http_request_t *r)
+{
+    ngx_http_rlm_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_rlm_module);
+
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_rlm_ctx_t));
+        if (ctx == NULL) {
+            return NULL;
+        }
+
+        ngx_http_set_ctx(r, ctx, ngx_http_rlm_module);
+    }
+
+    return ctx;
+}
+
+
+/*
+ * Work that ends in one of our own event handlers (a sandbox answer, a
+ * timer) finalizes the request outside nginx's request handler, so the
+ * requests this posts (a parent waiting for its subrequest: Lua's
+ * ngx.location.capture) must be run here, as the upstream module does.
+ * Inside a handler nginx called, nginx runs them itself.
+ */
+
+void
+ngx_http_rlm_finalize(ngx_http_request_t *r, ngx_int_t rc)
+{
+    ngx_connection_t  *c;
+
+    c = r->connection;
+
+    ngx_http_finalize_request(r, rc);
+
+    if (ngx_http_rlm_handler_depth == 0) {
+        ngx_http_run_posted_requests(c);
+    }
+}
+
+
+/*
+ * Marks code nginx called as a request handler (a content handler, a
+ * body post handler); a worker runs one thing at a time, so a counter is
+ * enough, and it is never in freed request memory.
+ */
+
+void
+ngx_http_rlm_enter_handler(void)
+{
+    ngx_http_rlm_handler_depth++;
+}
+
+
+void
+ngx_http_rlm_leave_handler(void)
+{
+    ngx_http_rlm_handler_depth--;
+}
 
 
 ngx_int_t
@@ -53,42 +121,96 @@ ngx_http_rlm_send_json(ngx_http_request_t *r, ngx_uint_t status, u_char *data,
 }
 
 
+/* the text jansson allocated is freed with the request */
+
+ngx_int_t
+ngx_http_rlm_send_json_value(ngx_http_request_t *r, ngx_uint_t status,
+    json_t *value)
+{
+    char                *text;
+    size_t               len;
+    ngx_pool_cleanup_t  *cln;
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    text = json_dumps(value, JSON_COMPACT|JSON_REAL_PRECISION(10));
+    if (text == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_rlm_free_text;
+    cln->data = text;
+
+    len = ngx_strlen(text);
+
+    /* the closing newline replaces the terminating NUL */
+    text[len++] = '\n';
+
+    return ngx_http_rlm_send_json(r, status, (u_char *) text, len);
+}
+
+
+static void
+ngx_http_rlm_free_text(void *data)
+{
+    free(data);
+}
+
+
 ngx_int_t
 ngx_http_rlm_send_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *type, const char *code, const char *message)
 {
-    char    *text;
-    size_t   len;
-    u_char  *data;
-    json_t  *body;
+    return ngx_http_rlm_send_error_param(r, status, type, code, NULL,
+                                         message);
+}
 
-    /* {"error":{"message","type","param","code"}} as OpenAI answers */
 
-    body = json_pack("{s:{s:s, s:s, s:n, s:s?}}", "error",
-                     "message", message, "type", type, "param",
+/* {"error":{"message","type","param","code"}} as OpenAI answers */
+
+ngx_int_t
+ngx_http_rlm_send_error_param(ngx_http_request_t *r, ngx_uint_t status,
+    const char *type, const char *code, const char *param,
+    const char *message)
+{
+    json_t     *body;
+    ngx_int_t   rc;
+
+    body = json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error",
+                     "message", message, "type", type, "param", param,
                      "code", code);
     if (body == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    text = json_dumps(body, JSON_COMPACT);
+    rc = ngx_http_rlm_send_json_value(r, status, body);
+
     json_decref(body);
 
-    if (text == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    return rc;
+}
+
+
+ngx_int_t
+ngx_http_rlm_set_header(ngx_http_request_t *r, const char *name,
+    const char *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
     }
 
-    len = ngx_strlen(text);
+    h->hash = 1;
+    h->key.data = (u_char *) name;
+    h->key.len = ngx_strlen(name);
+    h->value.data = (u_char *) value;
+    h->value.len = ngx_strlen(value);
+    h->lowcase_key = NULL;
 
-    data = ngx_pnalloc(r->pool, len + 1);
-    if (data == NULL) {
-        free(text);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ngx_memcpy(data, text, len);
-    data[len++] = '\n';
-    free(text);
-
-    return ngx_http_rlm_send_json(r, status, data, len);
+    return NGX_OK;
 }

@@ -26,11 +26,28 @@ my @confs = sort glob("$top/conf/*.conf");
 ok(scalar(grep { basename($_) eq 'rlm.conf' } @confs),
    'conf/rlm.conf exists');
 
+# A file with an events block is a whole configuration; any other file is
+# a snippet, and must be included by one of them so that it is checked too.
+my (@whole, @snippets);
 for my $conf (@confs) {
-    my $name = basename($conf);
+    my $text = do { local (@ARGV, $/) = ($conf); <> };
+    if ($text =~ /^\s*events\s*\{/m) {
+        push @whole, [basename($conf), $text];
+    } else {
+        push @snippets, basename($conf);
+    }
+}
+
+for my $w (@whole) {
+    my $name = $w->[0];
     my $out = `$nginx -t -p $run -c conf/$name -e stderr 2>&1`;
     is($?, 0, "nginx -t accepts conf/$name") or diag($out);
     like($out, qr/test is successful/, "conf/$name: test is successful");
+}
+
+for my $snippet (@snippets) {
+    ok(scalar(grep { $_->[1] =~ /^\s*include\s+\Q$snippet\E\s*;/m } @whole),
+       "conf/$snippet is included by a whole configuration");
 }
 
 # the port make run was asked for really is the one it listens on

@@ -1,0 +1,902 @@
+
+/*
+ * ngx_rlm: Recursive Language Models served by nginx.
+ *
+ * The sessions API (rlm_sessions_api): routing on the URI tail after its
+ * last "/sessions" segment, and the session routes themselves: create
+ * (acquiring a sandbox from the manager), list, show, delete.  Cells and
+ * contexts are in ngx_http_rlm_eval.c.
+ */
+
+
+#include "ngx_http_rlm_module.h"
+
+
+typedef enum {
+    NGX_HTTP_RLM_ROUTE_COLLECTION = 0,
+    NGX_HTTP_RLM_ROUTE_SESSION,
+    NGX_HTTP_RLM_ROUTE_EVAL,
+    NGX_HTTP_RLM_ROUTE_CONTEXT
+} ngx_http_rlm_route_e;
+
+
+/*
+ * A create waits for the manager's acquire on a pool of its own: if the
+ * request goes away meanwhile, the answer still arrives and the sandbox
+ * goes back to the manager instead of leaking.
+ */
+
+typedef struct {
+    ngx_pool_t                 *pool;
+    ngx_pool_cleanup_t         *cleanup;       /* on the request's pool */
+    ngx_http_request_t         *request;
+    ngx_http_rlm_session_t     *session;
+    ngx_http_rlm_zone_t        *zone;
+    u_char                      sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
+    unsigned                    reserved:1;
+    unsigned                    done:1;
+} ngx_http_rlm_create_t;
+
+
+static ngx_int_t ngx_http_rlm_api_route(ngx_http_request_t *r,
+    ngx_http_rlm_route_e *route, ngx_str_t *id);
+static ngx_int_t ngx_http_rlm_api_collection(ngx_http_request_t *r);
+static void ngx_http_rlm_api_create_body(ngx_http_request_t *r);
+static ngx_int_t ngx_http_rlm_api_create(ngx_http_request_t *r);
+static void ngx_http_rlm_api_acquired(void *data, json_t *reply,
+    ngx_http_rlm_peer_status_e status);
+static void ngx_http_rlm_api_create_cleanup(void *data);
+static ngx_int_t ngx_http_rlm_api_list(ngx_http_request_t *r);
+static ngx_int_t ngx_http_rlm_api_show(ngx_http_request_t *r,
+    ngx_http_rlm_session_t *s);
+static ngx_int_t ngx_http_rlm_api_delete(ngx_http_request_t *r,
+    ngx_http_rlm_session_t *s);
+static ngx_int_t ngx_http_rlm_api_not_allowed(ngx_http_request_t *r,
+    const char *allow);
+static ngx_int_t ngx_http_rlm_api_unavailable(ngx_http_request_t *r,
+    const char *code, const char *message);
+static ngx_int_t ngx_http_rlm_api_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
+
+
+static ngx_http_request_body_filter_pt  ngx_http_next_request_body_filter;
+
+
+ngx_int_t
+ngx_http_rlm_sessions_handler(ngx_http_request_t *r)
+{
+    u_char                   idbuf[NGX_HTTP_RLM_ID_BYTES];
+    ngx_int_t                rc;
+    ngx_str_t                id, owner;
+    ngx_http_rlm_ctx_t      *ctx;
+    ngx_http_rlm_route_e     route;
+    ngx_http_rlm_zone_t     *z;
+    ngx_http_rlm_session_t  *s;
+
+    if (ngx_http_rlm_api_route(r, &route, &id) != NGX_OK) {
+        rc = ngx_http_discard_request_body(r);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        return ngx_http_rlm_send_error(r, NGX_HTTP_NOT_FOUND,
+                                       "invalid_request_error", "not_found",
+                                       "no such route in the sessions API");
+    }
+
+    if (route == NGX_HTTP_RLM_ROUTE_COLLECTION) {
+        return ngx_http_rlm_api_collection(r);
+    }
+
+    /* check the method before the id: 405 wins over 400 and 404 */
+
+    switch (route) {
+
+    case NGX_HTTP_RLM_ROUTE_SESSION:
+        if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD|NGX_HTTP_DELETE))) {
+            return ngx_http_rlm_api_not_allowed(r, "GET, HEAD, DELETE");
+        }
+        break;
+
+    case NGX_HTTP_RLM_ROUTE_EVAL:
+        if (r->method != NGX_HTTP_POST) {
+            return ngx_http_rlm_api_not_allowed(r, "POST");
+        }
+        break;
+
+    default: /* NGX_HTTP_RLM_ROUTE_CONTEXT */
+        if (!(r->method & (NGX_HTTP_PUT|NGX_HTTP_POST))) {
+            return ngx_http_rlm_api_not_allowed(r, "PUT, POST");
+        }
+        break;
+    }
+
+    if (ngx_http_rlm_session_parse_id(id.data, id.len, idbuf) != NGX_OK) {
+        rc = ngx_http_discard_request_body(r);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        return ngx_http_rlm_send_error(r, NGX_HTTP_BAD_REQUEST,
+                                       "invalid_request_error",
+                                       "invalid_session_id",
+                                       "a session id is 32 lowercase hex "
+                                       "characters");
+    }
+
+    ctx = ngx_http_rlm_get_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memcpy(ctx->session_id, id.data, NGX_HTTP_RLM_ID_HEX);
+    ctx->has_session = 1;
+
+    if (ngx_http_rlm_api_owner(r, &owner) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    z = ngx_http_rlm_zone();
+
+    s = ngx_http_rlm_session_get(z, idbuf, &owner);
+
+    if (s == NULL) {
+        rc = ngx_http_discard_request_body(r);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        return ngx_http_rlm_send_error_param(r, NGX_HTTP_NOT_FOUND,
+                                             "invalid_request_error",
+                                             "session_not_found", "id",
+                                             "no such session");
+    }
+
+    switch (route) {
+
+    case NGX_HTTP_RLM_ROUTE_SESSION:
+        if (r->method == NGX_HTTP_DELETE) {
+            rc = ngx_http_rlm_api_delete(r, s);
+
+        } else {
+            rc = ngx_http_rlm_api_show(r, s);
+        }
+
+        ngx_http_rlm_session_put(z, s);
+        return rc;
+
+    case NGX_HTTP_RLM_ROUTE_EVAL:
+        return ngx_http_rlm_eval_handler(r, s, 0);
+
+    default:
+        return ngx_http_rlm_eval_handler(r, s, 1);
+    }
+}
+
+
+/*
+ * The route is what follows the last "/sessions" segment of the URI:
+ * nothing, "/{id}", "/{id}/eval" or "/{id}/context".
+ */
+
+static ngx_int_t
+ngx_http_rlm_api_route(ngx_http_request_t *r, ngx_http_rlm_route_e *route,
+    ngx_str_t *id)
+{
+    u_char  *p, *end, *tail, *slash;
+    size_t   len;
+
+    static u_char  seg[] = "/sessions";
+
+    p = r->uri.data;
+    end = r->uri.data + r->uri.len;
+    tail = NULL;
+
+    while (p + sizeof(seg) - 1 <= end) {
+        p = ngx_strlcasestrn(p, end, seg, sizeof(seg) - 2);
+        if (p == NULL) {
+            break;
+        }
+
+        if (p + sizeof(seg) - 1 == end || p[sizeof(seg) - 1] == '/') {
+            tail = p + sizeof(seg) - 1;
+        }
+
+        p++;
+    }
+
+    if (tail == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (tail == end || (tail + 1 == end && *tail == '/')) {
+        *route = NGX_HTTP_RLM_ROUTE_COLLECTION;
+        return NGX_OK;
+    }
+
+    /* tail starts with '/' */
+
+    tail++;
+
+    slash = ngx_strlchr(tail, end, '/');
+
+    if (slash == NULL) {
+        id->data = tail;
+        id->len = end - tail;
+        *route = NGX_HTTP_RLM_ROUTE_SESSION;
+        return NGX_OK;
+    }
+
+    id->data = tail;
+    id->len = slash - tail;
+
+    p = slash + 1;
+    len = end - p;
+
+    if (len > 0 && p[len - 1] == '/') {
+        len--;
+    }
+
+    if (len == 4 && ngx_strncmp(p, "eval", 4) == 0) {
+        *route = NGX_HTTP_RLM_ROUTE_EVAL;
+        return NGX_OK;
+    }
+
+    if (len == 7 && ngx_strncmp(p, "context", 7) == 0) {
+        *route = NGX_HTTP_RLM_ROUTE_CONTEXT;
+        return NGX_OK;
+    }
+
+    if (len == 0) {
+        *route = NGX_HTTP_RLM_ROUTE_SESSION;
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+ngx_int_t
+ngx_http_rlm_api_owner(ngx_http_request_t *r, ngx_str_t *owner)
+{
+    ngx_http_rlm_loc_conf_t  *rlcf;
+
+    rlcf = ngx_http_get_module_loc_conf(r, ngx_http_rlm_module);
+
+    ngx_str_null(owner);
+
+    if (rlcf->owner == NULL) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_complex_value(r, rlcf->owner, owner) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (owner->len > NGX_HTTP_RLM_OWNER_LEN) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "rlm: session owner is longer than %d bytes",
+                      NGX_HTTP_RLM_OWNER_LEN);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rlm_api_collection(ngx_http_request_t *r)
+{
+    ngx_int_t  rc;
+
+    if (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)) {
+        rc = ngx_http_discard_request_body(r);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        return ngx_http_rlm_api_list(r);
+    }
+
+    if (r->method != NGX_HTTP_POST) {
+        return ngx_http_rlm_api_not_allowed(r, "GET, HEAD, POST");
+    }
+
+    if (r == r->main && r->headers_in.content_type
+        && r->headers_in.content_length_n != 0)
+    {
+        /* same rule as eval: a body, if any, is JSON */
+
+        u_char     *p;
+        ngx_str_t  *ct;
+
+        ct = &r->headers_in.content_type->value;
+        p = ngx_strlchr(ct->data, ct->data + ct->len, ';');
+
+        if (ngx_strlcasestrn(ct->data, p ? p : ct->data + ct->len,
+                             (u_char *) "json", 3) == NULL)
+        {
+            rc = ngx_http_discard_request_body(r);
+            if (rc != NGX_OK) {
+                return rc;
+            }
+
+            return ngx_http_rlm_send_error(r,
+                       NGX_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                       "invalid_request_error", "unsupported_media_type",
+                       "the body must be JSON (Content-Type: "
+                       "application/json)");
+        }
+    }
+
+    if (r->headers_in.content_length_n > 65536) {
+        rc = ngx_http_discard_request_body(r);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        return ngx_http_rlm_send_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                       "invalid_request_error",
+                                       "body_too_large",
+                                       "the request body is too large");
+    }
+
+    r->request_body_in_single_buf = 1;
+
+    if (ngx_http_rlm_api_body_cap(r, 65536) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_read_client_request_body(r, ngx_http_rlm_api_create_body);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_rlm_api_create_body(ngx_http_request_t *r)
+{
+    ngx_int_t  rc;
+
+    ngx_http_rlm_enter_handler();
+
+    rc = ngx_http_rlm_api_create(r);
+
+    if (rc != NGX_DONE) {
+        ngx_http_finalize_request(r, rc);
+    }
+
+    ngx_http_rlm_leave_handler();
+}
+
+
+static ngx_int_t
+ngx_http_rlm_api_create(ngx_http_request_t *r)
+{
+    u_char                     id[NGX_HTTP_RLM_ID_BYTES];
+    json_t                    *body, *jid, *req;
+    size_t                     len;
+    ngx_pool_t                *pool;
+    ngx_int_t                  rc;
+    ngx_str_t                  owner;
+    ngx_buf_t                 *b;
+    json_error_t               jerr;
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_rlm_ctx_t        *ctx;
+    ngx_http_rlm_zone_t       *z;
+    ngx_http_rlm_create_t     *cr;
+    ngx_http_rlm_main_conf_t  *rmcf;
+
+    rmcf = ngx_http_get_module_main_conf(r, ngx_http_rlm_module);
+    z = ngx_http_rlm_zone();
+
+    ctx = ngx_http_rlm_get_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    jid = NULL;
+    body = NULL;
+    len = 0;
+    b = NULL;
+
+    if (r->request_body && r->request_body->bufs) {
+        b = r->request_body->bufs->buf;
+
+        if (r->request_body->bufs->next || b->in_file) {
+            return ngx_http_rlm_send_error(r,
+                       NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                       "invalid_request_error", "body_too_large",
+                       "the request body is too large");
+        }
+
+        len = b->last - b->pos;
+    }
+
+    if (len) {
+        body = json_loadb((char *) b->pos, len, JSON_REJECT_DUPLICATES,
+                          &jerr);
+
+        if (body == NULL || !json_is_object(body)) {
+            json_decref(body);
+            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                          "rlm: client sent a bad session body");
+            return ngx_http_rlm_send_error(r, NGX_HTTP_BAD_REQUEST,
+                                           "invalid_request_error",
+                                           "invalid_json",
+                                           "the request body must be "
+                                           "empty or a JSON object");
+        }
+
+        jid = json_object_get(body, "id");
+    }
+
+    if (jid && !json_is_null(jid)) {
+        if (!json_is_string(jid)) {
+            json_decref(body);
+            return ngx_http_rlm_send_error_param(r, NGX_HTTP_BAD_REQUEST,
+                       "invalid_request_error", "invalid_type", "id",
+                       "\"id\" must be a string");
+        }
+
+        if (ngx_http_rlm_session_parse_id((u_char *) json_string_value(jid),
+                                          json_string_length(jid), id)
+            != NGX_OK)
+        {
+            json_decref(body);
+            return ngx_http_rlm_send_error_param(r, NGX_HTTP_BAD_REQUEST,
+                       "invalid_request_error", "invalid_session_id", "id",
+                       "a session id is 32 lowercase hex characters");
+        }
+
+    } else if (ngx_http_rlm_session_random_id(id, r->connection->log)
+               != NGX_OK)
+    {
+        json_decref(body);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    json_decref(body);
+
+    if (ngx_http_rlm_api_owner(r, &owner) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rmcf->control_path.len == 0) {
+        return ngx_http_rlm_api_unavailable(r, "manager_unavailable",
+                                            "no sandbox manager is "
+                                            "configured (rlm_sandboxd or "
+                                            "rlm_sandboxd_socket)");
+    }
+
+    pool = ngx_create_pool(1024, ngx_cycle->log);
+    if (pool == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cr = ngx_pcalloc(pool, sizeof(ngx_http_rlm_create_t));
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+
+    if (cr == NULL || cln == NULL) {
+        ngx_destroy_pool(pool);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cr->pool = pool;
+    cr->cleanup = cln;
+    cr->request = r;
+    cr->zone = z;
+
+    rc = ngx_http_rlm_session_reserve(z, id, &owner, rmcf->max_sessions,
+                                      &cr->session);
+
+    if (rc != NGX_OK) {
+        ngx_destroy_pool(pool);
+    }
+
+    switch (rc) {
+
+    case NGX_OK:
+        break;
+
+    case NGX_DECLINED:
+        return ngx_http_rlm_send_error_param(r, NGX_HTTP_CONFLICT,
+                                             "invalid_request_error",
+                                             "session_exists", "id",
+                                             "a session with this id "
+                                             "exists");
+
+    case NGX_BUSY:
+        (void) ngx_atomic_fetch_add(&z->sh->stats.sessions_rejected, 1);
+        return ngx_http_rlm_api_unavailable(r, "session_limit",
+                                            "the session limit "
+                                            "(rlm_max_sessions) is reached; "
+                                            "retry later or delete "
+                                            "sessions");
+
+    default:
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "rlm: rlm_sessions_zone is full");
+        (void) ngx_atomic_fetch_add(&z->sh->stats.sessions_rejected, 1);
+        return ngx_http_rlm_api_unavailable(r, "session_limit",
+                                            "the session table is full");
+    }
+
+    cr->reserved = 1;
+    cln->handler = ngx_http_rlm_api_create_cleanup;
+    cln->data = cr;
+
+    ngx_http_rlm_session_format_id(id, ctx->session_id);
+    ctx->has_session = 1;
+
+    req = json_pack("{s:s, s:s%, s:o}", "op", "acquire",
+                    "session", (char *) ctx->session_id,
+                    (size_t) NGX_HTTP_RLM_ID_HEX,
+                    "limits", ngx_http_rlm_control_limits(rmcf));
+
+    rc = NGX_ERROR;
+
+    if (req) {
+        rc = ngx_http_rlm_control(pool, ngx_cycle->log, req,
+                                  NGX_HTTP_RLM_CONTROL_TIMEOUT,
+                                  ngx_http_rlm_api_acquired, cr);
+        json_decref(req);
+    }
+
+    if (rc != NGX_OK) {
+        cln->handler = NULL;
+        ngx_http_rlm_session_abort(z, cr->session);
+        ngx_destroy_pool(pool);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_rlm_api_acquired(void *data, json_t *reply,
+    ngx_http_rlm_peer_status_e status)
+{
+    u_char                 *loc;
+    json_t                 *o, *err;
+    ngx_int_t               rc;
+    const char             *code, *msg;
+    ngx_http_request_t     *r;
+    ngx_http_rlm_ctx_t     *ctx;
+    ngx_http_rlm_create_t  *cr = data;
+
+    r = cr->request;
+
+    if (r == NULL) {
+        /* the request is gone: give everything back */
+
+        if (reply && json_is_true(json_object_get(reply, "ok"))
+            && json_is_string(json_object_get(reply, "sandbox")))
+        {
+            ngx_http_rlm_control_release(ngx_cycle->log, (u_char *)
+                json_string_value(json_object_get(reply, "sandbox")));
+        }
+
+        ngx_http_rlm_session_abort(cr->zone, cr->session);
+        ngx_destroy_pool(cr->pool);
+        return;
+    }
+
+    cr->cleanup->handler = NULL;
+
+    ctx = ngx_http_rlm_get_ctx(r);
+
+    if (reply == NULL) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "rlm: the sandbox manager is not reachable on \"%V\"",
+                      &((ngx_http_rlm_main_conf_t *)
+                        ngx_http_get_module_main_conf(r, ngx_http_rlm_module))
+                       ->control_path);
+        rc = ngx_http_rlm_api_unavailable(r, "manager_unavailable",
+                                          "the sandbox manager is not "
+                                          "reachable");
+        goto done;
+    }
+
+    if (!json_is_true(json_object_get(reply, "ok"))) {
+        err = json_object_get(reply, "error");
+        code = json_string_value(json_object_get(err, "code"));
+        msg = json_string_value(json_object_get(err, "message"));
+
+        if (code && ngx_strcmp(code, "limit") == 0) {
+            (void) ngx_atomic_fetch_add(
+                                   &cr->zone->sh->stats.sessions_rejected, 1);
+            rc = ngx_http_rlm_api_unavailable(r, "session_limit",
+                                              "the sandbox manager has no "
+                                              "capacity for another "
+                                              "session");
+            goto done;
+        }
+
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "rlm: the sandbox manager refused a sandbox: %s %s",
+                      code ? code : "-", msg ? msg : "");
+
+        rc = ngx_http_rlm_send_error(r, NGX_HTTP_BAD_GATEWAY, "server_error",
+                                     "manager_error",
+                                     "the sandbox manager could not "
+                                     "provide a sandbox");
+        goto done;
+    }
+
+    if (!json_is_string(json_object_get(reply, "path"))
+        || !json_is_string(json_object_get(reply, "sandbox")))
+    {
+        rc = ngx_http_rlm_send_error(r, NGX_HTTP_BAD_GATEWAY, "server_error",
+                                     "manager_error",
+                                     "the sandbox manager sent a reply "
+                                     "without a sandbox");
+        goto done;
+    }
+
+    ngx_http_rlm_session_activate(cr->zone, cr->session, reply);
+    cr->done = 1;
+
+    (void) ngx_atomic_fetch_add(&cr->zone->sh->stats.sessions_created, 1);
+    (void) ngx_atomic_fetch_add(&cr->zone->sh->stats.sandbox_starts, 1);
+
+    o = ngx_http_rlm_session_json(cr->zone, cr->session);
+
+    /* the creator's reference ends here; the session lives on */
+
+    ngx_http_rlm_session_put(cr->zone, cr->session);
+    cr->reserved = 0;
+
+    if (o == NULL) {
+        rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        goto done;
+    }
+
+    loc = ngx_pnalloc(r->pool, r->uri.len + 1 + NGX_HTTP_RLM_ID_HEX + 1);
+    if (loc == NULL) {
+        json_decref(o);
+        rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        goto done;
+    }
+
+    if (r->uri.len && r->uri.data[r->uri.len - 1] == '/') {
+        ngx_sprintf(loc, "%V%*s%Z", &r->uri, (size_t) NGX_HTTP_RLM_ID_HEX,
+                    ctx->session_id);
+
+    } else {
+        ngx_sprintf(loc, "%V/%*s%Z", &r->uri, (size_t) NGX_HTTP_RLM_ID_HEX,
+                    ctx->session_id);
+    }
+
+    if (ngx_http_rlm_set_header(r, "Location", (char *) loc) != NGX_OK) {
+        json_decref(o);
+        rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        goto done;
+    }
+
+    rc = ngx_http_rlm_send_json_value(r, NGX_HTTP_CREATED, o);
+    json_decref(o);
+
+done:
+
+    if (!cr->done && cr->reserved) {
+        cr->reserved = 0;
+        ngx_http_rlm_session_abort(cr->zone, cr->session);
+    }
+
+    ngx_destroy_pool(cr->pool);
+
+    ngx_http_rlm_finalize(r, rc);
+
+    (void) status;
+}
+
+
+/* the request ends before the manager answered: the answer cleans up */
+
+static void
+ngx_http_rlm_api_create_cleanup(void *data)
+{
+    ngx_http_rlm_create_t  *cr = data;
+
+    cr->request = NULL;
+}
+
+
+static ngx_int_t
+ngx_http_rlm_api_list(ngx_http_request_t *r)
+{
+    json_t     *list, *o;
+    ngx_int_t   rc;
+    ngx_str_t   owner;
+
+    if (ngx_http_rlm_api_owner(r, &owner) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    list = ngx_http_rlm_session_list(ngx_http_rlm_zone(), &owner);
+    if (list == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    o = json_pack("{s:s, s:o}", "object", "list", "data", list);
+    if (o == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_rlm_send_json_value(r, NGX_HTTP_OK, o);
+    json_decref(o);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_rlm_api_show(ngx_http_request_t *r, ngx_http_rlm_session_t *s)
+{
+    json_t     *o;
+    ngx_int_t   rc;
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    o = ngx_http_rlm_session_json(ngx_http_rlm_zone(), s);
+    if (o == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_rlm_send_json_value(r, NGX_HTTP_OK, o);
+    json_decref(o);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_rlm_api_delete(ngx_http_request_t *r, ngx_http_rlm_session_t *s)
+{
+    u_char                sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
+    u_char                hex[NGX_HTTP_RLM_ID_HEX];
+    json_t               *o;
+    ngx_int_t             rc;
+    ngx_http_rlm_zone_t  *z;
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    z = ngx_http_rlm_zone();
+
+    if (ngx_http_rlm_session_delete(z, s, sandbox) != NGX_OK) {
+        return ngx_http_rlm_send_error_param(r, NGX_HTTP_NOT_FOUND,
+                                             "invalid_request_error",
+                                             "session_not_found", "id",
+                                             "no such session");
+    }
+
+    (void) ngx_atomic_fetch_add(&z->sh->stats.sessions_deleted, 1);
+
+    /*
+     * The sandbox is released in the background: the client need not wait
+     * for the manager to reap it, and a running cell sees its channel
+     * close and reports sandbox_lost.
+     */
+
+    ngx_http_rlm_control_release(ngx_cycle->log, sandbox);
+
+    ngx_http_rlm_session_format_id(s->id, hex);
+
+    o = json_pack("{s:s%, s:s, s:b}",
+                  "id", (char *) hex, (size_t) NGX_HTTP_RLM_ID_HEX,
+                  "object", "rlm.session", "deleted", 1);
+    if (o == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_rlm_send_json_value(r, NGX_HTTP_OK, o);
+    json_decref(o);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_rlm_api_not_allowed(ngx_http_request_t *r, const char *allow)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (ngx_http_rlm_set_header(r, "Allow", allow) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_rlm_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                                   "invalid_request_error",
+                                   "method_not_allowed",
+                                   "this method is not allowed here");
+}
+
+
+static ngx_int_t
+ngx_http_rlm_api_unavailable(ngx_http_request_t *r, const char *code,
+    const char *message)
+{
+    if (ngx_http_rlm_set_header(r, "Retry-After", "1") != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_rlm_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                   "server_error", code, message);
+}
+
+
+/*
+ * API locations lift client_max_body_size (see the merge of the location
+ * configuration) so that a Content-Length over the cap gets a JSON 413
+ * from the handlers.  A chunked body has no length up front: this filter
+ * stops it at the cap of its route.
+ */
+
+ngx_int_t
+ngx_http_rlm_api_init_body_filter(ngx_conf_t *cf)
+{
+    ngx_http_next_request_body_filter = ngx_http_top_request_body_filter;
+    ngx_http_top_request_body_filter = ngx_http_rlm_api_body_filter;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_rlm_api_body_cap(ngx_http_request_t *r, off_t cap)
+{
+    ngx_http_rlm_ctx_t  *ctx;
+
+    ctx = ngx_http_rlm_get_ctx(r);
+    if (ctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->body_cap = cap;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rlm_api_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_chain_t         *cl;
+    ngx_http_rlm_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_rlm_module);
+
+    if (ctx == NULL || ctx->body_cap == 0) {
+        return ngx_http_next_request_body_filter(r, in);
+    }
+
+    for (cl = in; cl; cl = cl->next) {
+        ctx->body_received += ngx_buf_size(cl->buf);
+    }
+
+    if (ctx->body_received > ctx->body_cap) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "rlm: client intended to send a body larger than "
+                      "%O bytes", ctx->body_cap);
+        return NGX_HTTP_REQUEST_ENTITY_TOO_LARGE;
+    }
+
+    return ngx_http_next_request_body_filter(r, in);
+}

@@ -1,0 +1,176 @@
+
+/*
+ * ngx_rlm: Recursive Language Models served by nginx.
+ *
+ * Client of rlm-sandboxd's control socket: one connection per request,
+ * one request and one reply per connection, so any worker can talk to
+ * the manager without sharing state.
+ */
+
+
+#include "ngx_http_rlm_module.h"
+
+
+typedef struct {
+    ngx_http_rlm_control_pt   handler;
+    void                     *data;
+    json_t                   *reply;
+} ngx_http_rlm_control_ctx_t;
+
+
+static ngx_int_t ngx_http_rlm_control_frame(ngx_http_rlm_peer_t *p,
+    json_t *msg);
+static void ngx_http_rlm_control_done(ngx_http_rlm_peer_t *p,
+    ngx_http_rlm_peer_status_e status);
+static void ngx_http_rlm_control_release_done(void *data, json_t *reply,
+    ngx_http_rlm_peer_status_e status);
+
+
+/*
+ * Sends req (a reference is taken) and calls handler with the reply
+ * object (NULL unless status is OK; borrowed for the call).  The handler
+ * may run before this returns when the socket is not there at all.
+ */
+
+ngx_int_t
+ngx_http_rlm_control(ngx_pool_t *pool, ngx_log_t *log, json_t *req,
+    ngx_msec_t timeout, ngx_http_rlm_control_pt handler, void *data)
+{
+    ngx_chain_t                 *cl;
+    ngx_http_rlm_peer_t         *p;
+    ngx_http_rlm_main_conf_t    *rmcf;
+    ngx_http_rlm_control_ctx_t  *ctx;
+
+    rmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_rlm_module);
+
+    ctx = ngx_pcalloc(pool, sizeof(ngx_http_rlm_control_ctx_t));
+    if (ctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->handler = handler;
+    ctx->data = data;
+
+    p = ngx_http_rlm_peer_create(pool, log, &rmcf->control_path);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    p->timeout = timeout;
+    p->frame_handler = ngx_http_rlm_control_frame;
+    p->done_handler = ngx_http_rlm_control_done;
+    p->data = ctx;
+
+    cl = ngx_http_rlm_frame_encode(pool, req, 0);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    p->out = cl;
+
+    return ngx_http_rlm_peer_start(p);
+}
+
+
+static ngx_int_t
+ngx_http_rlm_control_frame(ngx_http_rlm_peer_t *p, json_t *msg)
+{
+    ngx_http_rlm_control_ctx_t  *ctx = p->data;
+
+    ctx->reply = json_incref(msg);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_rlm_control_done(ngx_http_rlm_peer_t *p,
+    ngx_http_rlm_peer_status_e status)
+{
+    json_t                      *reply;
+    ngx_http_rlm_control_ctx_t  *ctx = p->data;
+
+    reply = ctx->reply;
+    ctx->reply = NULL;
+
+    ctx->handler(ctx->data, status == NGX_HTTP_RLM_PEER_OK ? reply : NULL,
+                 status);
+
+    json_decref(reply);
+}
+
+
+/* the limits every acquire asks for, from the current configuration */
+
+json_t *
+ngx_http_rlm_control_limits(ngx_http_rlm_main_conf_t *rmcf)
+{
+    return json_pack("{s:I, s:I, s:I, s:I, s:I}",
+                     "cpu_s", (json_int_t) rmcf->cell_cpu_time,
+                     "wall_ms", (json_int_t) rmcf->cell_timeout,
+                     "memory_mb",
+                     (json_int_t) (rmcf->sandbox_memory / (1024 * 1024)),
+                     "pids", (json_int_t) rmcf->sandbox_pids,
+                     "output_bytes", (json_int_t) rmcf->output_max);
+}
+
+
+/*
+ * Fire and forget: the sandbox of an expired or deleted session goes back
+ * to the manager in the background, on a pool of its own.
+ */
+
+void
+ngx_http_rlm_control_release(ngx_log_t *log, u_char *sandbox)
+{
+    json_t      *req;
+    ngx_pool_t  *pool;
+
+    if (sandbox[0] == '\0') {
+        return;
+    }
+
+    pool = ngx_create_pool(1024, log);
+    if (pool == NULL) {
+        return;
+    }
+
+    req = json_pack("{s:s, s:s}", "op", "release", "sandbox",
+                    (char *) sandbox);
+    if (req == NULL) {
+        ngx_destroy_pool(pool);
+        return;
+    }
+
+    if (ngx_http_rlm_control(pool, log, req, NGX_HTTP_RLM_CONTROL_TIMEOUT,
+                             ngx_http_rlm_control_release_done, pool)
+        != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "rlm: could not release sandbox \"%s\"", sandbox);
+        ngx_destroy_pool(pool);
+    }
+
+    json_decref(req);
+}
+
+
+static void
+ngx_http_rlm_control_release_done(void *data, json_t *reply,
+    ngx_http_rlm_peer_status_e status)
+{
+    ngx_pool_t  *pool = data;
+
+    json_t  *ok;
+
+    ok = reply ? json_object_get(reply, "ok") : NULL;
+
+    if (!json_is_true(ok)) {
+        ngx_log_error(NGX_LOG_INFO, pool->log, 0,
+                      "rlm: releasing a sandbox failed (status %d)",
+                      (int) status);
+    }
+
+    ngx_destroy_pool(pool);
+}
