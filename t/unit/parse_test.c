@@ -1,0 +1,347 @@
+
+/*
+ * Unit tests of the response parser (ngx_http_rlm_parse.c) and the SSE
+ * parser (ngx_http_rlm_sse.c).  Prints TAP; t/unit_parse.t runs it.
+ */
+
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ngx_http_rlm_parse.h"
+#include "ngx_http_rlm_sse.h"
+
+
+static int  tests;
+static int  failed;
+
+
+static void
+ok(int cond, const char *name)
+{
+    tests++;
+
+    if (!cond) {
+        failed++;
+    }
+
+    printf("%sok %d - %s\n", cond ? "" : "not ", tests, name);
+}
+
+
+static int
+slice_is(ngx_http_rlm_slice_t *s, const char *want)
+{
+    size_t  n;
+
+    n = strlen(want);
+
+    if (s->len != n || memcmp(s->data, want, n) != 0) {
+        printf("# got \"%.*s\", want \"%s\"\n", (int) s->len,
+               (const char *) s->data, want);
+        return 0;
+    }
+
+    return 1;
+}
+
+
+static void
+parse(const char *text, ngx_http_rlm_response_t *res)
+{
+    ngx_http_rlm_parse_response((const unsigned char *) text, strlen(text),
+                                res);
+}
+
+
+static void
+test_blocks(void)
+{
+    ngx_http_rlm_response_t  r;
+
+    parse("Let me look.\n```repl\nprint(1)\nx = 2\n```\nThen more.", &r);
+    ok(r.nblocks == 1 && slice_is(&r.blocks[0], "print(1)\nx = 2"),
+       "one repl block, code without fences");
+
+    parse("```repl\r\nprint('crlf')\r\ny = 1\r\n```\r\n", &r);
+    ok(r.nblocks == 1 && slice_is(&r.blocks[0], "print('crlf')\r\ny = 1"),
+       "CRLF fences are recognised, code ends before the CRLF");
+
+    parse("a\n```repl\nfirst()\n```\nb\n```repl\nsecond()\n```\n"
+          "```repl\nthird()\n```", &r);
+    ok(r.nblocks == 3
+       && slice_is(&r.blocks[0], "first()")
+       && slice_is(&r.blocks[1], "second()")
+       && slice_is(&r.blocks[2], "third()"),
+       "several blocks, in order, last fence at end of text");
+
+    parse("```python\nprint('py')\n```\n```replit\nx\n```\n```\nplain\n```\n"
+          "```REPL\nupper\n```\n", &r);
+    ok(r.nblocks == 0 && !r.unterminated,
+       "python, replit, untagged and REPL fences are ignored");
+
+    parse("```python\n```repl\nnot_a_block()\n```\nprint(2)\n```\n", &r);
+    ok(r.nblocks == 0,
+       "a ```repl line inside another fence does not open a block");
+
+    parse("```repl\ns = '''\n```python\n'''\n```\n", &r);
+    ok(r.nblocks == 1 && slice_is(&r.blocks[0], "s = '''\n```python\n'''"),
+       "```python inside a repl block does not close it");
+
+    parse("text\n```repl\nhalf = (1 +\n", &r);
+    ok(r.nblocks == 0 && r.unterminated,
+       "unterminated repl block: not run, reported");
+
+    parse("   ```repl\nindented3()\n   ```\n    ```repl\nindented4()\n```\n",
+          &r);
+    ok(r.nblocks == 1 && slice_is(&r.blocks[0], "indented3()"),
+       "fences indented by up to three spaces only");
+
+    parse("```repl  \t\nws()\n```   \n", &r);
+    ok(r.nblocks == 1 && slice_is(&r.blocks[0], "ws()"),
+       "spaces after the tag and the closing fence");
+
+    parse("inline ```repl\nnope()\n```\n", &r);
+    ok(r.nblocks == 0, "a fence must start its line");
+
+    parse("```repl\n```\n", &r);
+    ok(r.nblocks == 1 && r.blocks[0].len == 0, "an empty block is returned");
+
+    parse("```repl\n\n\nspaced()\n\n```", &r);
+    ok(r.nblocks == 1 && slice_is(&r.blocks[0], "\n\nspaced()\n"),
+       "blank lines inside a block are kept");
+
+    parse("````\n```repl\nin4()\n```\n````\n", &r);
+    ok(r.nblocks == 0,
+       "a four-backtick line is a plain fence: its content is skipped");
+}
+
+
+static void
+test_final(void)
+{
+    ngx_http_rlm_response_t  r;
+
+    parse("I know it.\nFINAL(42)\n", &r);
+    ok(r.final == NGX_HTTP_RLM_FINAL_TEXT && slice_is(&r.final_value, "42"),
+       "FINAL(text)");
+
+    parse("FINAL(f(x) = (a + b) * g(y))", &r);
+    ok(r.final == NGX_HTTP_RLM_FINAL_TEXT
+       && slice_is(&r.final_value, "f(x) = (a + b) * g(y)"),
+       "nested parentheses are kept");
+
+    parse("Done.\nFINAL_VAR(result)", &r);
+    ok(r.final == NGX_HTTP_RLM_FINAL_VAR
+       && slice_is(&r.final_value, "result"), "FINAL_VAR(name)");
+
+    parse("FINAL(the text)\nFINAL_VAR(var)\n", &r);
+    ok(r.final == NGX_HTTP_RLM_FINAL_VAR && slice_is(&r.final_value, "var"),
+       "FINAL_VAR wins over an earlier FINAL");
+
+    parse("FINAL_VAR( \"quoted\" )", &r);
+    ok(r.final == NGX_HTTP_RLM_FINAL_VAR
+       && slice_is(&r.final_value, "quoted"), "quotes around a name go");
+
+    parse("I will call FINAL(x) later.", &r);
+    ok(r.final == NGX_HTTP_RLM_FINAL_NONE, "not at the start of a line");
+
+    parse("text\n  \tFINAL(indented)", &r);
+    ok(r.final == NGX_HTTP_RLM_FINAL_TEXT
+       && slice_is(&r.final_value, "indented"),
+       "spaces before the marker are allowed");
+
+    parse("```repl\nx = 1\n```\nFINAL(too early)\n", &r);
+    ok(r.nblocks == 1 && r.final == NGX_HTTP_RLM_FINAL_NONE,
+       "markers are ignored in a response with a repl block");
+
+    parse("```repl\nx = (1\nFINAL(cut)\n", &r);
+    ok(r.unterminated && r.final == NGX_HTTP_RLM_FINAL_NONE,
+       "markers are ignored after an unterminated block");
+
+    parse("FINAL(line one\nline two (with parens)\n)", &r);
+    ok(r.final == NGX_HTTP_RLM_FINAL_TEXT
+       && slice_is(&r.final_value, "line one\nline two (with parens)"),
+       "FINAL spanning lines");
+
+    parse("FINAL(sad :( but done)", &r);
+    ok(r.final == NGX_HTTP_RLM_FINAL_TEXT
+       && slice_is(&r.final_value, "sad :( but done"),
+       "unbalanced: up to the last parenthesis");
+
+    parse("FINAL(never closed", &r);
+    ok(r.final == NGX_HTTP_RLM_FINAL_NONE, "no closing parenthesis: none");
+
+    parse("FINAL(yes)\r\n", &r);
+    ok(r.final == NGX_HTTP_RLM_FINAL_TEXT && slice_is(&r.final_value, "yes"),
+       "CRLF after the marker");
+
+    parse("FINAL_VAR()\nFINAL(fallback)", &r);
+    ok(r.final == NGX_HTTP_RLM_FINAL_TEXT
+       && slice_is(&r.final_value, "fallback"),
+       "an empty FINAL_VAR falls back to FINAL");
+
+    parse("FINAL_VARIABLE(x)", &r);
+    ok(r.final == NGX_HTTP_RLM_FINAL_NONE, "FINAL_VARIABLE is no marker");
+}
+
+
+static int
+trunc_is(const char *in, size_t max, const char *want)
+{
+    size_t          n;
+    unsigned char  *out;
+    int             rc;
+
+    out = malloc(strlen(in) + NGX_HTTP_RLM_TRUNC_MARKER_MAX);
+    if (out == NULL) {
+        return 0;
+    }
+
+    n = ngx_http_rlm_truncate((const unsigned char *) in, strlen(in), max,
+                              out);
+
+    rc = (n == strlen(want) && memcmp(out, want, n) == 0);
+
+    if (!rc) {
+        printf("# got \"%.*s\", want \"%s\"\n", (int) n, out, want);
+    }
+
+    free(out);
+
+    return rc;
+}
+
+
+static void
+test_truncate(void)
+{
+    size_t  cut, keep;
+
+    ok(trunc_is("short", 5, "short"), "no marker at the limit");
+
+    ok(trunc_is("abcdefghij", 4,
+                "abcd\n[output truncated: 6 more characters not shown]"),
+       "ASCII: kept prefix and how much was cut");
+
+    /* "héllo wörld": é and ö are two bytes each */
+    ok(trunc_is("h\xc3\xa9llo w\xc3\xb6rld", 2,
+                "h\xc3\xa9\n[output truncated: 9 more characters not shown]"),
+       "UTF-8: counts characters, keeps whole sequences");
+
+    keep = ngx_http_rlm_truncate_len((const unsigned char *)
+                                     "a\xf0\x9f\x98\x80" "b", 6, 2, &cut);
+    ok(keep == 5 && cut == 1, "a 4-byte character is kept whole");
+
+    keep = ngx_http_rlm_truncate_len((const unsigned char *)
+                                     "\xff\xfe\xc3" "abc", 6, 2, &cut);
+    ok(keep == 2 && cut == 4, "invalid bytes count one each");
+
+    keep = ngx_http_rlm_truncate_len((const unsigned char *)
+                                     "\xe2\x82", 2, 1, &cut);
+    ok(keep == 1 && cut == 1, "a cut-off sequence is bytes, not a char");
+
+    ok(trunc_is("xyz", 0,
+                "\n[output truncated: 3 more characters not shown]"),
+       "max 0 keeps nothing");
+}
+
+
+typedef struct {
+    char   events[16][64];
+    int    n;
+    int    stop_after;
+} sse_log_t;
+
+
+static int
+sse_collect(void *ctx, const unsigned char *data, size_t len)
+{
+    sse_log_t  *log = ctx;
+
+    if (log->n < 16) {
+        snprintf(log->events[log->n], 64, "%.*s", (int) len, data);
+    }
+
+    log->n++;
+
+    return (log->stop_after && log->n >= log->stop_after) ? 1 : 0;
+}
+
+
+static void
+test_sse(void)
+{
+    size_t              i;
+    sse_log_t           log;
+    const char         *s;
+    ngx_http_rlm_sse_t  p;
+
+    memset(&log, 0, sizeof(log));
+    ngx_http_rlm_sse_init(&p, 1024, sse_collect, &log);
+
+    s = ": keep-alive\n\ndata: {\"a\":1}\n\nevent: x\nid: 7\ndata:two\n"
+        "data: lines\n\ndata\n\n";
+
+    for (i = 0; i < strlen(s); i++) {
+        ngx_http_rlm_sse_feed(&p, (const unsigned char *) s + i, 1);
+    }
+
+    ok(log.n == 3 && strcmp(log.events[0], "{\"a\":1}") == 0
+       && strcmp(log.events[1], "two\nlines") == 0
+       && strcmp(log.events[2], "") == 0,
+       "SSE byte by byte: comments skipped, data lines joined");
+
+    ngx_http_rlm_sse_free(&p);
+
+    memset(&log, 0, sizeof(log));
+    ngx_http_rlm_sse_init(&p, 1024, sse_collect, &log);
+    ngx_http_rlm_sse_feed(&p, (const unsigned char *) "data: one\r", 10);
+    ngx_http_rlm_sse_feed(&p, (const unsigned char *) "\n\r", 2);
+    ngx_http_rlm_sse_feed(&p, (const unsigned char *) "\ndata: two\r\r", 12);
+    ok(log.n == 2 && strcmp(log.events[0], "one") == 0
+       && strcmp(log.events[1], "two") == 0,
+       "SSE: CRLF split between pieces, CR-only lines");
+    ngx_http_rlm_sse_free(&p);
+
+    memset(&log, 0, sizeof(log));
+    ngx_http_rlm_sse_init(&p, 1024, sse_collect, &log);
+    ngx_http_rlm_sse_feed(&p, (const unsigned char *) "data: [DONE]", 12);
+    ok(log.n == 0, "SSE: nothing before the end of the event");
+    ngx_http_rlm_sse_finish(&p);
+    ok(log.n == 1 && strcmp(log.events[0], "[DONE]") == 0,
+       "SSE: finish delivers an event without a blank line");
+    ngx_http_rlm_sse_free(&p);
+
+    memset(&log, 0, sizeof(log));
+    ngx_http_rlm_sse_init(&p, 16, sse_collect, &log);
+    ok(ngx_http_rlm_sse_feed(&p, (const unsigned char *)
+                             "data: 0123456789abcdefgh\n\n", 26)
+       == NGX_HTTP_RLM_SSE_ERROR && log.n == 0,
+       "SSE: a line above the bound is an error");
+    ngx_http_rlm_sse_free(&p);
+
+    memset(&log, 0, sizeof(log));
+    log.stop_after = 1;
+    ngx_http_rlm_sse_init(&p, 1024, sse_collect, &log);
+    ok(ngx_http_rlm_sse_feed(&p, (const unsigned char *)
+                             "data: a\n\ndata: b\n\n", 18)
+       == NGX_HTTP_RLM_SSE_STOP && log.n == 1,
+       "SSE: the handler can stop the parser");
+    ngx_http_rlm_sse_free(&p);
+}
+
+
+int
+main(void)
+{
+    test_blocks();
+    test_final();
+    test_truncate();
+    test_sse();
+
+    printf("1..%d\n", tests);
+
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,38 @@
+# Unit tests and fuzz targets of the module's plain-C parsers.
+#
+#   make -f t/unit/unit.mk            build/unit/parse_test (ASan + UBSan)
+#   make -f t/unit/unit.mk check      build and run it (TAP)
+#   make -f t/unit/unit.mk fuzz       build/fuzz/* with clang's libFuzzer
+#
+# t/unit_parse.t builds and runs parse_test, so `make test` covers it.
+
+UNIT_BUILD ?= build/unit
+FUZZ_BUILD ?= build/fuzz
+UNIT_CC    ?= cc
+FUZZ_CC    ?= clang
+UNIT_FLAGS := -g -O1 -Wall -Wextra -Werror -fno-omit-frame-pointer \
+              -fsanitize=address,undefined -fno-sanitize-recover=all \
+              -Ingx_rlm_module
+
+PARSERS    := ngx_rlm_module/ngx_http_rlm_parse.c \
+              ngx_rlm_module/ngx_http_rlm_sse.c
+PARSER_HS  := ngx_rlm_module/ngx_http_rlm_parse.h \
+              ngx_rlm_module/ngx_http_rlm_sse.h
+
+.PHONY: unit check fuzz
+
+unit: $(UNIT_BUILD)/parse_test
+
+check: unit
+	$(UNIT_BUILD)/parse_test
+
+$(UNIT_BUILD)/parse_test: t/unit/parse_test.c $(PARSERS) $(PARSER_HS)
+	@mkdir -p $(UNIT_BUILD)
+	$(UNIT_CC) $(UNIT_FLAGS) -o $@ t/unit/parse_test.c $(PARSERS)
+
+fuzz: $(FUZZ_BUILD)/fuzz_parse $(FUZZ_BUILD)/fuzz_sse
+
+$(FUZZ_BUILD)/fuzz_%: t/fuzz/fuzz_%.c $(PARSERS) $(PARSER_HS)
+	@mkdir -p $(FUZZ_BUILD)
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined \
+	    -Ingx_rlm_module -o $@ $< $(PARSERS)
