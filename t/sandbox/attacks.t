@@ -591,7 +591,12 @@ for my $a (@ATTACKS) {
 # the C-level jail self-test (raw syscalls, i386/x32 ABI, capabilities)
 SKIP: {
     skip "no $selftest (make -C sandbox jail-selftest)", 1 unless -x $selftest;
-    my $out = `$selftest 2>&1`;
+    # built with ASan the self-test hangs inside its jailed child (the
+    # sanitizer runtime and the seccomp filter do not mix); the product
+    # binary is covered by the attacks above
+    skip 'jail self-test does not run under ASan', 1 if $ENV{RLM_SANITIZED};
+    # a hang must fail the test, not the whole run
+    my $out = `timeout 120 $selftest 2>&1`;
     my $rc = $? >> 8;
     my @bad = grep { /^not ok/ } split /\n/, $out;
     ok($rc == 0 && !@bad && $out =~ /^1\.\.(\d+)$/m && $1 > 50,
