@@ -16,8 +16,15 @@
 #include "ngx_http_rlm_module.h"
 
 
+/*
+ * A waiter whose turn depends on another worker's cell polls the shared
+ * queue, backing off from WAIT_MIN to WAIT_MAX ms; one that only this
+ * worker's cells stand before is woken when the running cell ends and
+ * polls only every WAIT_LOCAL ms, as a safety net.
+ */
 #define NGX_HTTP_RLM_WAIT_MIN       1
-#define NGX_HTTP_RLM_WAIT_MAX       16
+#define NGX_HTTP_RLM_WAIT_MAX       4
+#define NGX_HTTP_RLM_WAIT_LOCAL     1000
 #define NGX_HTTP_RLM_CELL_MARGIN    5000
 #define NGX_HTTP_RLM_STATUS_TRIES   50
 #define NGX_HTTP_RLM_STATUS_DELAY   20
@@ -31,6 +38,9 @@
 ngx_http_rlm_call_pt  ngx_http_rlm_call_handler =
     ngx_http_rlm_eval_default_call;
 
+/* this worker's cells waiting for their session's turn, in arrival order */
+static ngx_queue_t    ngx_http_rlm_eval_waiting;
+
 
 static void ngx_http_rlm_eval_body(ngx_http_request_t *r);
 static void ngx_http_rlm_eval_body_run(ngx_http_request_t *r,
@@ -41,6 +51,7 @@ static ngx_int_t ngx_http_rlm_context_parse(ngx_http_request_t *r,
     ngx_http_rlm_eval_t *ev);
 static ngx_int_t ngx_http_rlm_eval_enter(ngx_http_rlm_eval_t *ev);
 static void ngx_http_rlm_eval_wait_handler(ngx_event_t *e);
+static void ngx_http_rlm_eval_wake(ngx_http_rlm_session_t *s);
 static ngx_int_t ngx_http_rlm_eval_run(ngx_http_rlm_eval_t *ev);
 static ngx_int_t ngx_http_rlm_eval_frame(ngx_http_rlm_peer_t *p,
     json_t *msg);
@@ -533,6 +544,7 @@ static ngx_int_t
 ngx_http_rlm_eval_enter(ngx_http_rlm_eval_t *ev)
 {
     ngx_int_t                  rc;
+    ngx_uint_t                 local;
     ngx_http_request_t        *r;
     ngx_http_rlm_main_conf_t  *rmcf;
 
@@ -540,7 +552,8 @@ ngx_http_rlm_eval_enter(ngx_http_rlm_eval_t *ev)
     rmcf = ngx_http_get_module_main_conf(r, ngx_http_rlm_module);
 
     rc = ngx_http_rlm_session_enter(ev->zone, ev->session,
-                                    rmcf->session_queue, &ev->waiter);
+                                    rmcf->session_queue, &ev->waiter,
+                                    &local);
 
     switch (rc) {
 
@@ -550,13 +563,20 @@ ngx_http_rlm_eval_enter(ngx_http_rlm_eval_t *ev)
 
     case NGX_AGAIN:
         /*
-         * Another worker may hold the session's turn, so the waiter
-         * polls the shared queue on a short timer, backing off.
+         * The cell that ends before our turn wakes us if it runs in
+         * this worker; another worker's cell is only seen by polling.
          */
+        if (ngx_http_rlm_eval_waiting.next == NULL) {
+            ngx_queue_init(&ngx_http_rlm_eval_waiting);
+        }
+
+        ngx_queue_insert_tail(&ngx_http_rlm_eval_waiting, &ev->wait_link);
+
         ev->wait_event.handler = ngx_http_rlm_eval_wait_handler;
         ev->wait_event.data = ev;
         ev->wait_event.log = r->connection->log;
-        ev->wait_delay = NGX_HTTP_RLM_WAIT_MIN;
+        ev->wait_delay = local ? NGX_HTTP_RLM_WAIT_LOCAL
+                               : NGX_HTTP_RLM_WAIT_MIN;
         ngx_add_timer(&ev->wait_event, ev->wait_delay);
         return NGX_DONE;
 
@@ -584,14 +604,28 @@ static void
 ngx_http_rlm_eval_wait_handler(ngx_event_t *e)
 {
     ngx_int_t             rc;
+    ngx_uint_t            local, timedout;
     ngx_http_rlm_eval_t  *ev;
 
     ev = e->data;
 
-    if (ngx_http_rlm_session_poll(ev->zone, ev->session, ev->waiter)
+    if (ev->waiter == NULL) {
+        return;
+    }
+
+    timedout = e->timedout;
+    e->timedout = 0;
+
+    if (ngx_http_rlm_session_poll(ev->zone, ev->session, ev->waiter, &local)
         != NGX_OK)
     {
-        if (ev->wait_delay < NGX_HTTP_RLM_WAIT_MAX) {
+        if (local) {
+            ev->wait_delay = NGX_HTTP_RLM_WAIT_LOCAL;
+
+        } else if (ev->wait_delay >= NGX_HTTP_RLM_WAIT_LOCAL) {
+            ev->wait_delay = NGX_HTTP_RLM_WAIT_MIN;
+
+        } else if (ev->wait_delay < NGX_HTTP_RLM_WAIT_MAX) {
             ev->wait_delay *= 2;
         }
 
@@ -599,6 +633,21 @@ ngx_http_rlm_eval_wait_handler(ngx_event_t *e)
         return;
     }
 
+    /* both a wake-up and the timer may have fired in this cycle */
+
+    if (e->timer_set) {
+        ngx_del_timer(e);
+    }
+
+    if (e->posted) {
+        ngx_delete_posted_event(e);
+    }
+
+    (void) ngx_atomic_fetch_add(timedout ? &ev->zone->sh->stats.turns_polled
+                                         : &ev->zone->sh->stats.turns_woken,
+                                1);
+
+    ngx_queue_remove(&ev->wait_link);
     ev->waiter = NULL;
     ev->running = 1;
 
@@ -606,6 +655,38 @@ ngx_http_rlm_eval_wait_handler(ngx_event_t *e)
 
     if (rc != NGX_DONE) {
         ngx_http_rlm_eval_finalize(ev, rc);
+    }
+}
+
+
+/*
+ * The session's turn was given back in this worker: the first of our
+ * waiters on that session polls now instead of at its next timer.
+ */
+
+static void
+ngx_http_rlm_eval_wake(ngx_http_rlm_session_t *s)
+{
+    ngx_queue_t          *q;
+    ngx_http_rlm_eval_t  *ev;
+
+    if (ngx_http_rlm_eval_waiting.next == NULL) {
+        return;
+    }
+
+    for (q = ngx_queue_head(&ngx_http_rlm_eval_waiting);
+         q != ngx_queue_sentinel(&ngx_http_rlm_eval_waiting);
+         q = ngx_queue_next(q))
+    {
+        ev = ngx_queue_data(q, ngx_http_rlm_eval_t, wait_link);
+
+        if (ev->session == s) {
+            if (!ev->wait_event.posted) {
+                ngx_post_event(&ev->wait_event, &ngx_posted_events);
+            }
+
+            return;
+        }
     }
 }
 
@@ -1005,6 +1086,7 @@ ngx_http_rlm_eval_respond(ngx_http_rlm_eval_t *ev)
 
         (void) ngx_http_rlm_session_done(ev->zone, ev->session, 0, 0, bytes);
         ev->running = 0;
+        ngx_http_rlm_eval_wake(ev->session);
 
         (void) ngx_atomic_fetch_add(&ev->zone->sh->stats.context_loads, 1);
         (void) ngx_atomic_fetch_add(&ev->zone->sh->stats.context_bytes,
@@ -1031,6 +1113,7 @@ ngx_http_rlm_eval_respond(ngx_http_rlm_eval_t *ev)
     cells = ngx_http_rlm_session_done(ev->zone, ev->session, ev->cell_us,
                                       error, 0);
     ev->running = 0;
+    ngx_http_rlm_eval_wake(ev->session);
 
     ngx_http_rlm_metrics_cell(st, ev->cell_us);
 
@@ -1088,6 +1171,7 @@ ngx_http_rlm_eval_release(ngx_http_rlm_eval_t *ev)
         ev->running = 0;
         (void) ngx_http_rlm_session_done(ev->zone, ev->session, ev->cell_us,
                                          1, 0);
+        ngx_http_rlm_eval_wake(ev->session);
     }
 }
 
@@ -1134,6 +1218,10 @@ ngx_http_rlm_eval_cleanup(void *data)
         ngx_del_timer(&ev->wait_event);
     }
 
+    if (ev->wait_event.posted) {
+        ngx_delete_posted_event(&ev->wait_event);
+    }
+
     if (ev->peer) {
         ev->peer->done_handler = NULL;
         ngx_http_rlm_peer_close(ev->peer);
@@ -1141,8 +1229,12 @@ ngx_http_rlm_eval_cleanup(void *data)
     }
 
     if (ev->waiter) {
+        ngx_queue_remove(&ev->wait_link);
         ngx_http_rlm_session_leave(ev->zone, ev->session, ev->waiter);
         ev->waiter = NULL;
+
+        /* we may have been the head: the next one may go now */
+        ngx_http_rlm_eval_wake(ev->session);
     }
 
     ngx_http_rlm_eval_release(ev);

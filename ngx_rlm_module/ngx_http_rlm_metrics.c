@@ -207,10 +207,16 @@ ngx_http_rlm_metrics_handler(ngx_http_request_t *r)
     p = ngx_slprintf(p, RLM_END,
             "# TYPE rlm_cells_rejected_total counter\n"
             "rlm_cells_rejected_total{reason=\"queue_full\"} %uA\n"
+            "# HELP rlm_cell_turns_total Queued cells whose turn came, by "
+            "how the worker saw it: woken by the end of a cell in the "
+            "same worker, or found by polling.\n"
+            "# TYPE rlm_cell_turns_total counter\n"
+            "rlm_cell_turns_total{by=\"wake\"} %uA\n"
+            "rlm_cell_turns_total{by=\"poll\"} %uA\n"
             "# HELP rlm_cell_duration_seconds Wall time of cells as the "
             "worker saw it.\n"
             "# TYPE rlm_cell_duration_seconds histogram\n",
-            st->cells_rejected);
+            st->cells_rejected, st->turns_woken, st->turns_polled);
 
     cumulative = 0;
 

@@ -79,6 +79,8 @@ typedef struct {
     ngx_atomic_t                sessions_rejected;
     ngx_atomic_t                cells[NGX_HTTP_RLM_CELL_NSTATUS];
     ngx_atomic_t                cells_rejected;
+    ngx_atomic_t                turns_woken;     /* by the worker's cell */
+    ngx_atomic_t                turns_polled;    /* found by polling */
     ngx_atomic_t                cell_hist[NGX_HTTP_RLM_HIST_N];
     ngx_atomic_t                cell_us_sum;
     ngx_atomic_t                cell_count;
@@ -303,6 +305,7 @@ struct ngx_http_rlm_eval_s {
 
     ngx_event_t                 wait_event;
     ngx_msec_t                  wait_delay;
+    ngx_queue_t                 wait_link;     /* this worker's waiters */
 
     json_t                     *frame;         /* exec / load_context */
     ngx_chain_t                *blob;
@@ -415,9 +418,9 @@ json_t *ngx_http_rlm_session_json(ngx_http_rlm_zone_t *z,
 json_t *ngx_http_rlm_session_list(ngx_http_rlm_zone_t *z, ngx_str_t *owner);
 ngx_int_t ngx_http_rlm_session_enter(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s, ngx_uint_t max_waiting,
-    ngx_http_rlm_waiter_t **wp);
+    ngx_http_rlm_waiter_t **wp, ngx_uint_t *local);
 ngx_int_t ngx_http_rlm_session_poll(ngx_http_rlm_zone_t *z,
-    ngx_http_rlm_session_t *s, ngx_http_rlm_waiter_t *w);
+    ngx_http_rlm_session_t *s, ngx_http_rlm_waiter_t *w, ngx_uint_t *local);
 void ngx_http_rlm_session_leave(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s, ngx_http_rlm_waiter_t *w);
 uint64_t ngx_http_rlm_session_done(ngx_http_rlm_zone_t *z,

@@ -603,13 +603,47 @@ ngx_http_rlm_session_list(ngx_http_rlm_zone_t *z, ngx_str_t *owner)
  * NGX_BUSY: the queue is full; NGX_ERROR: no memory.
  */
 
+/*
+ * Whether only this worker stands before w: the running cell (if any)
+ * and every waiter ahead are ours, so the cell that ends before w's turn
+ * ends here and wakes w; no other worker's cell has to be polled for.
+ * Called with the zone locked.
+ */
+
+static ngx_uint_t
+ngx_http_rlm_session_turn_local(ngx_http_rlm_session_t *s,
+    ngx_http_rlm_waiter_t *w)
+{
+    ngx_queue_t            *q;
+    ngx_http_rlm_waiter_t  *o;
+
+    if (s->busy && s->busy_pid != ngx_pid) {
+        return 0;
+    }
+
+    for (q = ngx_queue_head(&s->waiters);
+         q != ngx_queue_sentinel(&s->waiters) && q != &w->queue;
+         q = ngx_queue_next(q))
+    {
+        o = ngx_queue_data(q, ngx_http_rlm_waiter_t, queue);
+
+        if (o->pid != ngx_pid) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
 ngx_int_t
 ngx_http_rlm_session_enter(ngx_http_rlm_zone_t *z, ngx_http_rlm_session_t *s,
-    ngx_uint_t max_waiting, ngx_http_rlm_waiter_t **wp)
+    ngx_uint_t max_waiting, ngx_http_rlm_waiter_t **wp, ngx_uint_t *local)
 {
     ngx_http_rlm_waiter_t  *w;
 
     *wp = NULL;
+    *local = 0;
 
     ngx_shmtx_lock(&z->shpool->mutex);
 
@@ -647,6 +681,8 @@ ngx_http_rlm_session_enter(ngx_http_rlm_zone_t *z, ngx_http_rlm_session_t *s,
     ngx_queue_insert_tail(&s->waiters, &w->queue);
     s->nwaiting++;
 
+    *local = ngx_http_rlm_session_turn_local(s, w);
+
     ngx_shmtx_unlock(&z->shpool->mutex);
 
     *wp = w;
@@ -655,11 +691,14 @@ ngx_http_rlm_session_enter(ngx_http_rlm_zone_t *z, ngx_http_rlm_session_t *s,
 }
 
 
-/* NGX_OK: w's turn has come (w is freed); NGX_AGAIN: not yet */
+/*
+ * NGX_OK: w's turn has come (w is freed); NGX_AGAIN: not yet, and *local
+ * tells whether a cell of this worker will wake w.
+ */
 
 ngx_int_t
 ngx_http_rlm_session_poll(ngx_http_rlm_zone_t *z, ngx_http_rlm_session_t *s,
-    ngx_http_rlm_waiter_t *w)
+    ngx_http_rlm_waiter_t *w, ngx_uint_t *local)
 {
     ngx_queue_t            *q;
     ngx_http_rlm_waiter_t  *head;
@@ -686,6 +725,7 @@ ngx_http_rlm_session_poll(ngx_http_rlm_zone_t *z, ngx_http_rlm_session_t *s,
     }
 
     if (s->busy || head != w) {
+        *local = ngx_http_rlm_session_turn_local(s, w);
         ngx_shmtx_unlock(&z->shpool->mutex);
         return NGX_AGAIN;
     }

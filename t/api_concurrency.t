@@ -336,3 +336,51 @@ GET /t
 ^ok cells: 8 served by more than one worker: (true|maybe not \(reuseport hashing\))
 well nested: True \[1, 2, 3, 4, 5, 6, 7, 8\]
 $
+
+
+
+=== TEST 9: cells queued in the worker of the running cell are woken by its end
+Five cells wait behind a slow one in the same worker: each turn is handed
+over by the end of the cell before it (rlm_cell_turns_total{by="wake"}),
+not found by the worker's slow safety poll; order is kept.  One turn may
+go to the poll if the machine stalls for most of a second.
+--- config
+    location = /t {
+        content_by_lua_block {
+            local t = require "rlmt"
+            local id = t.create()
+            t.eval(id, "L = []")
+            local before = t.metrics()
+            local reqs = {}
+            for i = 0, 5 do
+                local code = "L.append(" .. i .. ")"
+                if i == 0 then
+                    code = "import time\ntime.sleep(0.2)\n" .. code
+                end
+                reqs[#reqs + 1] = { "/v1/sessions/" .. id .. "/eval",
+                                    { method = ngx.HTTP_POST,
+                                      body = require("cjson").encode{ code = code } } }
+            end
+            local res = { ngx.location.capture_multi(reqs) }
+            local statuses = {}
+            for i, r in ipairs(res) do
+                statuses[i] = r.status
+            end
+            ngx.say("statuses: ", table.concat(statuses, " "))
+            t.say_cell("order", t.eval(id, "print(L)"))
+            local after = t.metrics()
+            local kw = 'rlm_cell_turns_total{by="wake"}'
+            local kp = 'rlm_cell_turns_total{by="poll"}'
+            local woken = (after[kw] or 0) - (before[kw] or 0)
+            local polled = (after[kp] or 0) - (before[kp] or 0)
+            ngx.say("queued turns: ", woken + polled)
+            ngx.say("woken: ", woken >= 4 and "yes" or ("no, " .. woken))
+        }
+    }
+--- request
+GET /t
+--- response_body
+statuses: 200 200 200 200 200 200
+order: status=ok stdout="[0, 1, 2, 3, 4, 5]\n"
+queued turns: 5
+woken: yes
