@@ -739,6 +739,7 @@ ngx_http_rlm_eval_run(ngx_http_rlm_eval_t *ev)
     }
 
     p->timeout = ev->timeout;
+    p->keepalive = !ev->context;
     p->frame_handler = ngx_http_rlm_eval_frame;
     p->done_handler = ngx_http_rlm_eval_peer_done;
     p->data = ev;
@@ -859,6 +860,10 @@ ngx_http_rlm_eval_peer_done(ngx_http_rlm_peer_t *p,
 
     ev->cell_us = ngx_http_rlm_eval_elapsed_us(ev);
     ev->peer = NULL;
+
+    (void) ngx_atomic_fetch_add(p->reused ? &ev->zone->sh->stats.conns_reused
+                                          : &ev->zone->sh->stats.conns_new,
+                                1);
 
     switch (status) {
 

@@ -213,10 +213,17 @@ ngx_http_rlm_metrics_handler(ngx_http_request_t *r)
             "# TYPE rlm_cell_turns_total counter\n"
             "rlm_cell_turns_total{by=\"wake\"} %uA\n"
             "rlm_cell_turns_total{by=\"poll\"} %uA\n"
+            "# HELP rlm_sandbox_connections_total Sandbox exchanges of "
+            "cells, by whether the worker connected anew or reused an "
+            "idle connection.\n"
+            "# TYPE rlm_sandbox_connections_total counter\n"
+            "rlm_sandbox_connections_total{how=\"new\"} %uA\n"
+            "rlm_sandbox_connections_total{how=\"reused\"} %uA\n"
             "# HELP rlm_cell_duration_seconds Wall time of cells as the "
             "worker saw it.\n"
             "# TYPE rlm_cell_duration_seconds histogram\n",
-            st->cells_rejected, st->turns_woken, st->turns_polled);
+            st->cells_rejected, st->turns_woken, st->turns_polled,
+            st->conns_new, st->conns_reused);
 
     cumulative = 0;
 

@@ -81,6 +81,8 @@ typedef struct {
     ngx_atomic_t                cells_rejected;
     ngx_atomic_t                turns_woken;     /* by the worker's cell */
     ngx_atomic_t                turns_polled;    /* found by polling */
+    ngx_atomic_t                conns_new;       /* sandbox connections */
+    ngx_atomic_t                conns_reused;
     ngx_atomic_t                cell_hist[NGX_HTTP_RLM_HIST_N];
     ngx_atomic_t                cell_us_sum;
     ngx_atomic_t                cell_count;
@@ -264,8 +266,12 @@ struct ngx_http_rlm_peer_s {
     ngx_http_rlm_peer_done_pt   done_handler;
     void                       *data;
 
+    off_t                       sent_before;   /* c->sent when reused */
+
     unsigned                    finished:1;
     unsigned                    connected:1;
+    unsigned                    keepalive:1;   /* may cache the socket */
+    unsigned                    reused:1;      /* socket from the cache */
 };
 
 

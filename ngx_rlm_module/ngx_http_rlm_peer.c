@@ -8,6 +8,12 @@
  * (memory and file buffers, so a context body on disk goes out with
  * sendfile), and hands every frame it reads to frame_handler until that
  * says the exchange is over.  done_handler runs exactly once.
+ *
+ * A peer with keepalive set leaves its socket, after a clean exchange,
+ * in a small per-worker cache of idle connections keyed by socket path;
+ * the next peer to that path takes it instead of connecting.  An idle
+ * socket that becomes readable (the sandbox closed it or died) is
+ * dropped from the cache.
  */
 
 
@@ -18,6 +24,15 @@
 
 #define NGX_HTTP_RLM_PEER_BUF        16384
 #define NGX_HTTP_RLM_PEER_RETRY      5
+#define NGX_HTTP_RLM_IDLE_MAX        256
+
+
+typedef struct {
+    ngx_queue_t                 queue;
+    ngx_connection_t           *connection;
+    size_t                      len;
+    u_char                      path[NGX_HTTP_RLM_PATH_LEN];
+} ngx_http_rlm_idle_t;
 
 
 static ngx_int_t ngx_http_rlm_peer_connect(ngx_http_rlm_peer_t *p);
@@ -28,6 +43,20 @@ static ngx_int_t ngx_http_rlm_peer_flush(ngx_http_rlm_peer_t *p);
 static void ngx_http_rlm_peer_finish(ngx_http_rlm_peer_t *p,
     ngx_http_rlm_peer_status_e status);
 static void ngx_http_rlm_peer_cleanup(void *data);
+static ngx_int_t ngx_http_rlm_peer_take(ngx_http_rlm_peer_t *p);
+static void ngx_http_rlm_peer_keep(ngx_http_rlm_peer_t *p);
+static void ngx_http_rlm_idle_drop(ngx_http_rlm_idle_t *idle);
+static ngx_int_t ngx_http_rlm_idle_alive(ngx_connection_t *c);
+static void ngx_http_rlm_idle_handler(ngx_event_t *ev);
+static void ngx_http_rlm_idle_init(void);
+static ngx_int_t ngx_http_rlm_peer_connected(ngx_http_rlm_peer_t *p,
+    ngx_int_t rc);
+
+
+/* this worker's idle sandbox connections, most recently used first */
+static ngx_http_rlm_idle_t  ngx_http_rlm_idle[NGX_HTTP_RLM_IDLE_MAX];
+static ngx_queue_t          ngx_http_rlm_idle_used;
+static ngx_queue_t          ngx_http_rlm_idle_free;
 
 
 ngx_http_rlm_peer_t *
@@ -73,8 +102,21 @@ ngx_http_rlm_peer_start(ngx_http_rlm_peer_t *p)
 
     p->connect_deadline = ngx_current_msec + p->timeout;
 
+    if (p->keepalive && ngx_http_rlm_peer_take(p) == NGX_OK) {
+        return NGX_OK;
+    }
+
     rc = ngx_http_rlm_peer_connect(p);
 
+    return ngx_http_rlm_peer_connected(p, rc);
+}
+
+
+/* what a connect attempt means for the exchange */
+
+static ngx_int_t
+ngx_http_rlm_peer_connected(ngx_http_rlm_peer_t *p, ngx_int_t rc)
+{
     if (rc == NGX_ERROR) {
         return NGX_ERROR;
     }
@@ -354,6 +396,26 @@ ngx_http_rlm_peer_flush(ngx_http_rlm_peer_t *p)
 
         cl = c->send_chain(c, p->out, 0);
 
+        if (cl == NGX_CHAIN_ERROR && p->reused && c->sent == p->sent_before) {
+            /*
+             * The cached socket was closed by the sandbox before it took
+             * a byte of this exchange: connect afresh, as if never kept.
+             */
+            ngx_close_connection(c);
+            p->connection = NULL;
+            p->connected = 0;
+            p->reused = 0;
+            p->keepalive = 0;
+
+            if (ngx_http_rlm_peer_connected(p, ngx_http_rlm_peer_connect(p))
+                != NGX_OK)
+            {
+                ngx_http_rlm_peer_finish(p, NGX_HTTP_RLM_PEER_ERROR);
+            }
+
+            return p->finished ? NGX_ERROR : NGX_OK;
+        }
+
         if (cl == NGX_CHAIN_ERROR) {
             ngx_http_rlm_peer_finish(p, c->read->eof || c->write->error
                                         ? NGX_HTTP_RLM_PEER_CLOSED
@@ -478,6 +540,10 @@ ngx_http_rlm_peer_read_handler(ngx_event_t *rev)
             }
 
             if (rc == NGX_OK) {
+                if (p->keepalive && pos == p->in->last && p->out == NULL) {
+                    ngx_http_rlm_peer_keep(p);
+                }
+
                 ngx_http_rlm_peer_finish(p, NGX_HTTP_RLM_PEER_OK);
                 return;
             }
@@ -520,4 +586,194 @@ ngx_http_rlm_peer_cleanup(void *data)
 
     p->done_handler = NULL;
     ngx_http_rlm_peer_close(p);
+}
+
+
+static void
+ngx_http_rlm_idle_init(void)
+{
+    ngx_uint_t  i;
+
+    if (ngx_http_rlm_idle_used.next) {
+        return;
+    }
+
+    ngx_queue_init(&ngx_http_rlm_idle_used);
+    ngx_queue_init(&ngx_http_rlm_idle_free);
+
+    for (i = 0; i < NGX_HTTP_RLM_IDLE_MAX; i++) {
+        ngx_queue_insert_tail(&ngx_http_rlm_idle_free,
+                              &ngx_http_rlm_idle[i].queue);
+    }
+}
+
+
+/* an idle socket to p's path, if the cache has one still open */
+
+static ngx_int_t
+ngx_http_rlm_peer_take(ngx_http_rlm_peer_t *p)
+{
+    ngx_queue_t          *q;
+    ngx_connection_t     *c;
+    ngx_http_rlm_idle_t  *idle;
+
+    ngx_http_rlm_idle_init();
+
+    for (q = ngx_queue_head(&ngx_http_rlm_idle_used);
+         q != ngx_queue_sentinel(&ngx_http_rlm_idle_used);
+         q = ngx_queue_next(q))
+    {
+        idle = ngx_queue_data(q, ngx_http_rlm_idle_t, queue);
+
+        if (idle->len == p->path.len
+            && ngx_memcmp(idle->path, p->path.data, p->path.len) == 0)
+        {
+            break;
+        }
+    }
+
+    if (q == ngx_queue_sentinel(&ngx_http_rlm_idle_used)) {
+        return NGX_DECLINED;
+    }
+
+    c = idle->connection;
+
+    if (ngx_http_rlm_idle_alive(c) != NGX_OK) {
+        ngx_http_rlm_idle_drop(idle);
+        return NGX_DECLINED;
+    }
+
+    ngx_queue_remove(&idle->queue);
+    ngx_queue_insert_head(&ngx_http_rlm_idle_free, &idle->queue);
+    idle->connection = NULL;
+
+    c->idle = 0;
+    c->data = p;
+    c->pool = p->pool;
+    c->log = p->log;
+    c->read->log = p->log;
+    c->write->log = p->log;
+    c->read->handler = ngx_http_rlm_peer_read_handler;
+    c->write->handler = ngx_http_rlm_peer_write_handler;
+
+    p->connection = c;
+    p->connected = 1;
+    p->reused = 1;
+    p->sent_before = c->sent;
+
+    ngx_add_timer(c->read, p->timeout);
+
+    c->write->ready = 1;
+
+    (void) ngx_http_rlm_peer_flush(p);
+
+    return NGX_OK;
+}
+
+
+/* the exchange ended cleanly: cache the socket instead of closing it */
+
+static void
+ngx_http_rlm_peer_keep(ngx_http_rlm_peer_t *p)
+{
+    ngx_queue_t          *q;
+    ngx_connection_t     *c;
+    ngx_http_rlm_idle_t  *idle;
+
+    ngx_http_rlm_idle_init();
+
+    c = p->connection;
+
+    if (ngx_queue_empty(&ngx_http_rlm_idle_free)) {
+        /* full: the least recently used one goes */
+        q = ngx_queue_last(&ngx_http_rlm_idle_used);
+        ngx_http_rlm_idle_drop(ngx_queue_data(q, ngx_http_rlm_idle_t, queue));
+    }
+
+    q = ngx_queue_head(&ngx_http_rlm_idle_free);
+    ngx_queue_remove(q);
+    idle = ngx_queue_data(q, ngx_http_rlm_idle_t, queue);
+
+    if (c->read->timer_set) {
+        ngx_del_timer(c->read);
+    }
+
+    if (c->write->timer_set) {
+        ngx_del_timer(c->write);
+    }
+
+    idle->connection = c;
+    idle->len = p->path.len;
+    ngx_memcpy(idle->path, p->path.data, p->path.len);
+
+    c->idle = 1;
+    c->data = idle;
+    c->pool = NULL;
+    c->log = ngx_cycle->log;
+    c->read->log = ngx_cycle->log;
+    c->write->log = ngx_cycle->log;
+    c->read->handler = ngx_http_rlm_idle_handler;
+    c->write->handler = ngx_http_rlm_idle_handler;
+
+    ngx_queue_insert_head(&ngx_http_rlm_idle_used, &idle->queue);
+
+    p->connection = NULL;
+}
+
+
+static void
+ngx_http_rlm_idle_drop(ngx_http_rlm_idle_t *idle)
+{
+    ngx_queue_remove(&idle->queue);
+    ngx_queue_insert_tail(&ngx_http_rlm_idle_free, &idle->queue);
+
+    if (idle->connection) {
+        ngx_close_connection(idle->connection);
+        idle->connection = NULL;
+    }
+}
+
+
+/* NGX_OK: nothing to read on an idle socket, so the sandbox still has it */
+
+static ngx_int_t
+ngx_http_rlm_idle_alive(ngx_connection_t *c)
+{
+    u_char   buf;
+    ssize_t  n;
+
+    if (c->close || c->read->eof || c->read->error) {
+        return NGX_DECLINED;
+    }
+
+    n = recv(c->fd, &buf, 1, MSG_PEEK);
+
+    if (n == -1 && ngx_socket_errno == NGX_EAGAIN) {
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/* an event on an idle socket: end of file, or the worker is leaving */
+
+static void
+ngx_http_rlm_idle_handler(ngx_event_t *ev)
+{
+    ngx_connection_t     *c;
+    ngx_http_rlm_idle_t  *idle;
+
+    c = ev->data;
+    idle = c->data;
+
+    if (!c->close && !ev->write && ngx_http_rlm_idle_alive(c) == NGX_OK) {
+        return;
+    }
+
+    if (ev->write && !c->close) {
+        return;
+    }
+
+    ngx_http_rlm_idle_drop(idle);
 }

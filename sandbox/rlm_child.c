@@ -1,8 +1,8 @@
 /*
  * The sandbox side of a fork: the _rlm built-in module the REPL runtime
  * uses (timers around a cell, callbacks to the host) and the loop that
- * accepts one connection at a time on the inherited channel socket and
- * serves its frames in order.
+ * serves the connections of the inherited channel socket, one frame at
+ * a time.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -22,6 +23,7 @@
 
 
 #define RLM_WALL_GRACE_MS   2000
+#define RLM_CHILD_CONNS     16
 
 
 /* the runtime's entry points, looked up once in the zygote */
@@ -409,8 +411,13 @@ rlm_discard(int fd, uint64_t n)
 }
 
 
-static void
-rlm_serve_conn(int fd)
+/*
+ * Serves one request frame of a connection; 0 keeps the connection,
+ * -1 closes it (end of file, broken channel, broken framing).
+ */
+
+static int
+rlm_serve_frame(int fd)
 {
     unsigned char  hdr[RLM_FRAME_HDR_LEN];
     uint32_t       jl, bl;
@@ -422,93 +429,104 @@ rlm_serve_conn(int fd)
     rlm_conn = fd;
     rlm_conn_broken = 0;
 
-    for ( ;; ) {
-        if (rlm_read_full(fd, hdr, sizeof(hdr)) != 1) {
-            break;
-        }
-
-        rlm_frame_get_hdr(hdr, &jl, &bl);
-
-        if (jl == 0 || jl > RLM_FRAME_JSON_MAX) {
-            rlm_send_error(fd, "error", "ProtocolError",
-                           "frame lengths out of range");
-            break;
-        }
-
-        if (bl > rlm_max_blob) {
-            /* a well-formed frame we refuse: skip it, keep the session */
-            if (rlm_discard(fd, (uint64_t) jl + bl) != 0) {
-                break;
-            }
-
-            rlm_send_error(fd, "error", "ProtocolError",
-                           "blob larger than the manager's max_blob");
-            continue;
-        }
-
-        json = PyBytes_FromStringAndSize(NULL, jl);
-        if (json == NULL) {
-            PyErr_Clear();
-            rlm_send_error(fd, "oom", "MemoryError", "request too large");
-            break;
-        }
-
-        if (rlm_read_full(fd, PyBytes_AS_STRING(json), jl) != 1) {
-            Py_DECREF(json);
-            break;
-        }
-
-        blob = NULL;
-
-        if (bl > 0) {
-            blob = rlm_read_blob(fd, bl, &io_error);
-
-            if (blob == NULL) {
-                PyErr_Clear();
-                Py_DECREF(json);
-
-                if (!io_error) {
-                    rlm_send_error(fd, "oom", "MemoryError",
-                                   "blob does not fit in memory");
-                }
-
-                break;
-            }
-        }
-
-        rlm_blob_len = bl;
-
-        res = PyObject_CallFunctionObjArgs(rlm_dispatch_fn, json,
-                                           blob ? blob : Py_None, NULL);
-        Py_DECREF(json);
-        Py_XDECREF(blob);
-
-        if (rlm_conn_broken) {
-            Py_XDECREF(res);
-            PyErr_Clear();
-            break;
-        }
-
-        if (res == NULL || !PyBytes_Check(res)) {
-            Py_XDECREF(res);
-            PyErr_Clear();
-            rlm_send_error(fd, "error", "InternalError",
-                           "runtime failed to answer");
-            continue;
-        }
-
-        PyBytes_AsStringAndSize(res, &out, &outlen);
-
-        if (rlm_frame_send(fd, out, outlen, NULL, 0) != 0) {
-            Py_DECREF(res);
-            break;
-        }
-
-        Py_DECREF(res);
+    if (rlm_read_full(fd, hdr, sizeof(hdr)) != 1) {
+        goto closed;
     }
 
+    rlm_frame_get_hdr(hdr, &jl, &bl);
+
+    if (jl == 0 || jl > RLM_FRAME_JSON_MAX) {
+        rlm_send_error(fd, "error", "ProtocolError",
+                       "frame lengths out of range");
+        goto closed;
+    }
+
+    if (bl > rlm_max_blob) {
+        /* a well-formed frame we refuse: skip it, keep the session */
+        if (rlm_discard(fd, (uint64_t) jl + bl) != 0) {
+            goto closed;
+        }
+
+        rlm_send_error(fd, "error", "ProtocolError",
+                       "blob larger than the manager's max_blob");
+        goto kept;
+    }
+
+    json = PyBytes_FromStringAndSize(NULL, jl);
+    if (json == NULL) {
+        PyErr_Clear();
+        rlm_send_error(fd, "oom", "MemoryError", "request too large");
+        goto closed;
+    }
+
+    if (rlm_read_full(fd, PyBytes_AS_STRING(json), jl) != 1) {
+        Py_DECREF(json);
+        goto closed;
+    }
+
+    blob = NULL;
+
+    if (bl > 0) {
+        blob = rlm_read_blob(fd, bl, &io_error);
+
+        if (blob == NULL) {
+            PyErr_Clear();
+            Py_DECREF(json);
+
+            if (!io_error) {
+                rlm_send_error(fd, "oom", "MemoryError",
+                               "blob does not fit in memory");
+            }
+
+            goto closed;
+        }
+    }
+
+    rlm_blob_len = bl;
+
+    res = PyObject_CallFunctionObjArgs(rlm_dispatch_fn, json,
+                                       blob ? blob : Py_None, NULL);
+    Py_DECREF(json);
+    Py_XDECREF(blob);
+
+    if (rlm_conn_broken) {
+        Py_XDECREF(res);
+        PyErr_Clear();
+        goto closed;
+    }
+
+    if (res == NULL || !PyBytes_Check(res)) {
+        Py_XDECREF(res);
+        PyErr_Clear();
+        rlm_send_error(fd, "error", "InternalError",
+                       "runtime failed to answer");
+        goto kept;
+    }
+
+    PyBytes_AsStringAndSize(res, &out, &outlen);
+
+    if (rlm_frame_send(fd, out, outlen, NULL, 0) != 0) {
+        Py_DECREF(res);
+        goto closed;
+    }
+
+    Py_DECREF(res);
+
+kept:
+
     rlm_conn = -1;
+
+    return 0;
+
+closed:
+
+    rlm_conn = -1;
+
+    return -1;
 }
+
+
+static void rlm_child_serve(int listen_fd) __attribute__((noreturn));
 
 
 static void
@@ -529,7 +547,6 @@ rlm_child_main(rlm_conf_t *conf, const rlm_jail_limits_t *jl,
 {
     sigset_t   none;
     PyObject  *r;
-    int        fd;
 
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -559,18 +576,94 @@ rlm_child_main(rlm_conf_t *conf, const rlm_jail_limits_t *jl,
         _exit(RLM_JAIL_EXIT_SETUP);
     }
 
-    for ( ;; ) {
-        fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    rlm_child_serve(listen_fd);
+}
 
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED) {
+
+/*
+ * Serves the channel: the listening socket and up to RLM_CHILD_CONNS
+ * connections, which nginx workers keep open between cells.  The host
+ * never sends on two connections of one sandbox at once, so a frame is
+ * served whole before the next poll.  With the table full, a new
+ * connection pushes out the one idle the longest.
+ */
+
+static void
+rlm_child_serve(int listen_fd)
+{
+    int            fd, i, n, oldest;
+    unsigned long  tick;
+    unsigned long  used[RLM_CHILD_CONNS];
+    struct pollfd  pfd[RLM_CHILD_CONNS + 1];
+
+    for (i = 0; i <= RLM_CHILD_CONNS; i++) {
+        pfd[i].fd = -1;
+        pfd[i].events = POLLIN;
+        pfd[i].revents = 0;
+    }
+
+    pfd[RLM_CHILD_CONNS].fd = listen_fd;
+    tick = 0;
+
+    for ( ;; ) {
+        n = poll(pfd, RLM_CHILD_CONNS + 1, -1);
+
+        if (n < 0) {
+            if (errno == EINTR) {
                 continue;
             }
 
             _exit(RLM_EXIT_INTERNAL);
         }
 
-        rlm_serve_conn(fd);
-        close(fd);
+        for (i = 0; i < RLM_CHILD_CONNS; i++) {
+            if (pfd[i].fd < 0 || pfd[i].revents == 0) {
+                continue;
+            }
+
+            used[i] = ++tick;
+
+            if (rlm_serve_frame(pfd[i].fd) != 0) {
+                close(pfd[i].fd);
+                pfd[i].fd = -1;
+            }
+        }
+
+        if (pfd[RLM_CHILD_CONNS].revents == 0) {
+            continue;
+        }
+
+        fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED
+                || errno == EAGAIN)
+            {
+                continue;
+            }
+
+            _exit(RLM_EXIT_INTERNAL);
+        }
+
+        oldest = -1;
+
+        for (i = 0; i < RLM_CHILD_CONNS; i++) {
+            if (pfd[i].fd < 0) {
+                oldest = i;
+                break;
+            }
+
+            if (oldest < 0 || used[i] < used[oldest]) {
+                oldest = i;
+            }
+        }
+
+        if (pfd[oldest].fd >= 0) {
+            close(pfd[oldest].fd);
+        }
+
+        pfd[oldest].fd = fd;
+        pfd[oldest].revents = 0;
+        used[oldest] = ++tick;
     }
 }

@@ -33,6 +33,10 @@ __DATA__
                 'rlm_cells_total{status="crashed"}',
                 'rlm_cells_total{status="sandbox_lost"}',
                 'rlm_cells_rejected_total{reason="queue_full"}',
+                'rlm_cell_turns_total{by="wake"}',
+                'rlm_cell_turns_total{by="poll"}',
+                'rlm_sandbox_connections_total{how="new"}',
+                'rlm_sandbox_connections_total{how="reused"}',
                 'rlm_cell_duration_seconds_bucket{le="0.001"}',
                 'rlm_cell_duration_seconds_bucket{le="+Inf"}',
                 "rlm_cell_duration_seconds_sum",
@@ -255,3 +259,44 @@ POST /logged/v1/sessions sid=<ID> status=
 POST /logged/v1/sessions/<ID>/eval sid=<ID> status=ok ms=<MS>
 POST /logged/v1/sessions/<ID>/eval sid=<ID> status=error ms=<MS>
 GET /logged/v1/sessions sid= status=
+
+
+
+=== TEST 7: cells of a session reuse the worker's idle sandbox connection
+Six cells in a row: each worker connects to the sandbox once, later cells
+take the idle connection (at most 2 workers, so at most 2 new ones).  The
+namespace carries over, and a deleted session's cached connection does
+not break the next session.
+--- config
+    location = /t {
+        content_by_lua_block {
+            local t = require "rlmt"
+            local kn = 'rlm_sandbox_connections_total{how="new"}'
+            local kr = 'rlm_sandbox_connections_total{how="reused"}'
+            local before = t.metrics()
+            local id = t.create()
+            t.eval(id, "n = 0")
+            for i = 1, 5 do
+                t.eval(id, "n += 1")
+            end
+            t.say_cell("state", t.eval(id, "print(n)"))
+            local after = t.metrics()
+            local new = after[kn] - before[kn]
+            local reused = after[kr] - before[kr]
+            ngx.say("exchanges: ", new + reused)
+            ngx.say("new at most 2: ", new <= 2 and "yes" or ("no, " .. new))
+            t.delete(id)
+            local id2 = t.create()
+            t.say_cell("next session", t.eval(id2, "print(1 + 1)"))
+            t.say_cell("again", t.eval(id2, "print(2 + 2)"))
+            t.delete(id2)
+        }
+    }
+--- request
+GET /t
+--- response_body
+state: status=ok stdout="5\n"
+exchanges: 7
+new at most 2: yes
+next session: status=ok stdout="2\n"
+again: status=ok stdout="4\n"
