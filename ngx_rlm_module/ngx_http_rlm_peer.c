@@ -57,6 +57,7 @@ static ngx_int_t ngx_http_rlm_peer_connected(ngx_http_rlm_peer_t *p,
 static ngx_http_rlm_idle_t  ngx_http_rlm_idle[NGX_HTTP_RLM_IDLE_MAX];
 static ngx_queue_t          ngx_http_rlm_idle_used;
 static ngx_queue_t          ngx_http_rlm_idle_free;
+static ngx_uint_t           ngx_http_rlm_idle_n;
 
 
 ngx_http_rlm_peer_t *
@@ -646,6 +647,7 @@ ngx_http_rlm_peer_take(ngx_http_rlm_peer_t *p)
     ngx_queue_remove(&idle->queue);
     ngx_queue_insert_head(&ngx_http_rlm_idle_free, &idle->queue);
     idle->connection = NULL;
+    ngx_http_rlm_idle_n--;
 
     c->idle = 0;
     c->data = p;
@@ -680,12 +682,21 @@ ngx_http_rlm_peer_keep(ngx_http_rlm_peer_t *p)
     ngx_connection_t     *c;
     ngx_http_rlm_idle_t  *idle;
 
+    if (ngx_cycle->connection_n < 4) {
+        return;
+    }
+
     ngx_http_rlm_idle_init();
 
     c = p->connection;
 
-    if (ngx_queue_empty(&ngx_http_rlm_idle_free)) {
-        /* full: the least recently used one goes */
+    if (ngx_queue_empty(&ngx_http_rlm_idle_free)
+        || ngx_http_rlm_idle_n >= ngx_cycle->connection_n / 4)
+    {
+        /*
+         * full, or a quarter of worker_connections already idles here:
+         * the least recently used one goes
+         */
         q = ngx_queue_last(&ngx_http_rlm_idle_used);
         ngx_http_rlm_idle_drop(ngx_queue_data(q, ngx_http_rlm_idle_t, queue));
     }
@@ -716,6 +727,7 @@ ngx_http_rlm_peer_keep(ngx_http_rlm_peer_t *p)
     c->write->handler = ngx_http_rlm_idle_handler;
 
     ngx_queue_insert_head(&ngx_http_rlm_idle_used, &idle->queue);
+    ngx_http_rlm_idle_n++;
 
     p->connection = NULL;
 }
@@ -726,6 +738,7 @@ ngx_http_rlm_idle_drop(ngx_http_rlm_idle_t *idle)
 {
     ngx_queue_remove(&idle->queue);
     ngx_queue_insert_tail(&ngx_http_rlm_idle_free, &idle->queue);
+    ngx_http_rlm_idle_n--;
 
     if (idle->connection) {
         ngx_close_connection(idle->connection);
