@@ -332,6 +332,7 @@ GET /t
             ngx.say(res.status, " ", #c, " ", tostring(c == "echo: " .. big))
         }
     }
+--- timeout: 60
 --- request
 GET /t
 --- response_body
