@@ -613,9 +613,6 @@ ngx_http_rlm_llm_done(ngx_http_rlm_llm_call_t *call)
 static ngx_int_t
 ngx_http_rlm_llm_answer(ngx_http_rlm_llm_pt_ctx_t *ctx)
 {
-    char                     *text;
-    size_t                    len;
-    u_char                   *data;
     json_t                   *doc, *ev, *usage, *choice;
     ngx_int_t                 rc;
     ngx_http_request_t       *r;
@@ -698,31 +695,17 @@ ngx_http_rlm_llm_answer(ngx_http_rlm_llm_pt_ctx_t *ctx)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    text = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
-
-    if (text == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    len = ngx_strlen(text);
-    data = ngx_pnalloc(r->pool, len + 1);
-    if (data == NULL) {
-        free(text);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ngx_memcpy(data, text, len);
-    data[len++] = '\n';
-    free(text);
-
     if (ngx_http_rlm_llm_add_header(r, "X-RLM-Attempts", call->attempts)
         != NGX_OK)
     {
+        json_decref(doc);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    return ngx_http_rlm_send_json(r, NGX_HTTP_OK, data, len);
+    rc = ngx_http_rlm_send_json_value(r, NGX_HTTP_OK, doc);
+    json_decref(doc);
+
+    return rc;
 }
 
 
@@ -912,9 +895,7 @@ ngx_http_rlm_llm_add_header(ngx_http_request_t *r, char *name,
 static ngx_int_t
 ngx_http_rlm_llm_status_handler(ngx_http_request_t *r)
 {
-    char                          *text;
-    size_t                         len;
-    u_char                        *data;
+    ngx_int_t                      rc;
     json_t                        *doc, *list;
     ngx_uint_t                     i, waiting;
     ngx_queue_t                   *q;
@@ -962,27 +943,13 @@ ngx_http_rlm_llm_status_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    text = json_dumps(doc, JSON_COMPACT);
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        json_decref(doc);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_rlm_send_json_value(r, NGX_HTTP_OK, doc);
     json_decref(doc);
 
-    if (text == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    len = ngx_strlen(text);
-    data = ngx_pnalloc(r->pool, len + 1);
-    if (data == NULL) {
-        free(text);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ngx_memcpy(data, text, len);
-    data[len++] = '\n';
-    free(text);
-
-    if (ngx_http_discard_request_body(r) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return ngx_http_rlm_send_json(r, NGX_HTTP_OK, data, len);
+    return rc;
 }
