@@ -687,17 +687,5 @@ def configure(wall_ms, cpu_s, output_bytes):
 
 
 def after_fork():
-    """In the child, before the jail: fresh random streams, warm-up."""
+    """In the child, before the jail: fresh random streams."""
     random.seed()
-    _warm_up()
-
-
-def _warm_up():
-    # A cell through the whole request path while the sandbox waits in
-    # the warm pool: the pages it writes are copied from the zygote now,
-    # not during the session's first cell.  Then forget it.
-    global _cell_no
-    dispatch(b'{"op":"exec","code":"_ = 1\\n_","echo":true}', None)
-    _cell_no = 0
-    _sources.clear()
-    _reset_namespace()
