@@ -54,6 +54,9 @@ local prefix = "/_rlm"
 local owner_var = "rlm_tenant"
 
 
+local BAD_ID = "id must be 32 lowercase hex digits"
+
+
 local function fail(code, message)
     return nil, code .. ": " .. message
 end
@@ -122,6 +125,15 @@ local function check_opts(opts)
 end
 
 
+-- what every call on an existing session checks first
+local function check_session_args(id, opts)
+    if not valid_id(id) then
+        return fail("bad_argument", BAD_ID)
+    end
+    return check_opts(opts)
+end
+
+
 -- rlm.configure{prefix = "/_rlm", owner_var = "rlm_tenant"}
 -- prefix: URI prefix of the internal location with rlm_sessions_api.
 -- owner_var: the variable `rlm_session_owner` uses in that location; the
@@ -168,7 +180,7 @@ function _M.session_create(opts)
 
     if opts and opts.id ~= nil then
         if not valid_id(opts.id) then
-            return fail("bad_argument", "id must be 32 lowercase hex digits")
+            return fail("bad_argument", BAD_ID)
         end
         body = cjson.encode({ id = opts.id })
     end
@@ -179,11 +191,7 @@ end
 
 -- rlm.session_get(id [, opts]) -> session table
 function _M.session_get(id, opts)
-    if not valid_id(id) then
-        return fail("bad_argument", "id must be 32 lowercase hex digits")
-    end
-
-    local ok, err = check_opts(opts)
+    local ok, err = check_session_args(id, opts)
     if not ok then
         return nil, err
     end
@@ -207,11 +215,7 @@ end
 -- rlm.session_delete(id [, opts]) -> {id, object="rlm.session",
 -- deleted=true}
 function _M.session_delete(id, opts)
-    if not valid_id(id) then
-        return fail("bad_argument", "id must be 32 lowercase hex digits")
-    end
-
-    local ok, err = check_opts(opts)
+    local ok, err = check_session_args(id, opts)
     if not ok then
         return nil, err
     end
@@ -227,7 +231,7 @@ end
 -- opts.echo: print the repr of a final bare expression; opts.owner.
 function _M.eval(id, code, opts)
     if not valid_id(id) then
-        return fail("bad_argument", "id must be 32 lowercase hex digits")
+        return fail("bad_argument", BAD_ID)
     end
 
     if type(code) ~= "string" then
@@ -277,11 +281,7 @@ end
 -- opts.name: variable to load instead of `context` (e.g. "context_1");
 -- opts.owner.
 function _M.load_context(id, value, opts)
-    if not valid_id(id) then
-        return fail("bad_argument", "id must be 32 lowercase hex digits")
-    end
-
-    local ok, err = check_opts(opts)
+    local ok, err = check_session_args(id, opts)
     if not ok then
         return nil, err
     end
