@@ -1,0 +1,281 @@
+-- rlm.policy: the Lua policy in front of the C handlers.
+--
+--     init_by_lua_block {
+--         require("rlm.policy").configure{
+--             keys_file = "/etc/ngx_rlm/keys",          -- auth (off if nil)
+--             routes_file = "/etc/ngx_rlm/routes.json", -- routing (off if nil)
+--         }
+--     }
+--     location = /v1/chat/completions {
+--         access_by_lua_block { require("rlm.policy").access() }
+--         ...
+--     }
+--
+-- access() works out from the URI what it guards:
+--   POST /v1/chat/completions: auth, rate, body checks, route, limits
+--     into the body's `rlm`, concurrency slot;
+--   /v1/sessions...: auth, rate, and on POST /v1/sessions the tenant's
+--     session limit;
+--   /v1/models (and anything else): auth and rate.
+-- models() answers GET /v1/models (content phase).  log() gives back the
+-- slots a request held; conf/policy.conf runs it for every request.
+--
+-- It hands its results to C only through nginx variables (declared in
+-- conf/policy.conf) and the request body:
+--   $rlm_tenant      tenant of the API key, "" with auth off
+--   $rlm_route       routing table entry used ("*" = default route)
+--   $rlm_provider    rlm_provider name, "" = C default (first provider)
+--   $rlm_root_model  model of the root loop, "" = the request's model
+--   $rlm_sub_model   model of sub calls, "" = the root model
+--   body .rlm        { max_iterations, max_depth, timeout, sub_model }
+--
+-- Each concern is a module and can be swapped:
+--   configure{ auth = mod, routing = mod, shaping = mod, limits = mod }
+-- with the same functions as rlm.auth, rlm.routing, rlm.shaping and
+-- rlm.limits (see docs/lua.md).
+
+local errors = require "rlm.errors"
+
+local _M = { _VERSION = "0.1.0" }
+
+local conf = {
+    keys_file = nil,
+    routes_file = nil,
+    body_max = nil,
+    shared_dict = "rlm_policy",
+    auth = require "rlm.auth",
+    routing = require "rlm.routing",
+    shaping = require "rlm.shaping",
+    limits = require "rlm.limits",
+}
+
+local KNOWN = {
+    keys_file = "string", routes_file = "string", body_max = "number",
+    shared_dict = "string", auth = "table", routing = "table",
+    shaping = "table", limits = "table",
+}
+
+
+-- configure(opts): settings for the whole worker (call it from
+-- init_by_lua*).  Unknown keys raise, so a typo does not silently leave
+-- auth off.
+function _M.configure(opts)
+    for k, v in pairs(opts or {}) do
+        if KNOWN[k] == nil then
+            error("rlm.policy.configure: unknown option " .. tostring(k), 2)
+        end
+        if type(v) ~= KNOWN[k] then
+            error("rlm.policy.configure: " .. k .. " must be a " .. KNOWN[k],
+                  2)
+        end
+        conf[k] = v
+    end
+end
+
+
+-- settings for this request: $rlm_keys_file / $rlm_routes_file, when the
+-- server or location sets them, win over configure()
+local function request_conf()
+    local keys = ngx.var.rlm_keys_file
+    local routes = ngx.var.rlm_routes_file
+
+    if keys == nil and routes == nil then
+        return conf
+    end
+
+    return setmetatable({
+        keys_file = keys or conf.keys_file,
+        routes_file = routes or conf.routes_file,
+    }, { __index = conf })
+end
+
+
+local function set_vars(tenant, route, sub_model)
+    local var = ngx.var
+    var.rlm_tenant = tenant.id
+    if route then
+        var.rlm_route = route.name or ""
+        var.rlm_provider = route.provider or ""
+        var.rlm_root_model = route.root_model or ""
+        var.rlm_sub_model = sub_model or route.sub_model or ""
+    end
+end
+
+
+local function refuse(c, err)
+    c.limits.release(c)
+    return errors.send(err)
+end
+
+
+local function completions(c, tenant)
+    local shaping = c.shaping
+
+    local body, err = shaping.read(c)
+    if body == nil then
+        return refuse(c, err)
+    end
+
+    local ok
+    ok, err = shaping.validate(body.req)
+    if not ok then
+        return refuse(c, err)
+    end
+
+    local route
+    route, err = c.routing.resolve(c, body.req.model, tenant)
+    if route == nil then
+        return refuse(c, err)
+    end
+
+    -- a sub model the client names goes through the routing table too:
+    -- it must be a model this tenant may use, on the same provider
+    local asked = body.req.rlm
+    local sub = route.sub_model or ""
+    if type(asked) == "table" and type(asked.sub_model) == "string" then
+        local sr
+        sr, err = c.routing.resolve(c, asked.sub_model, tenant,
+                                    "rlm.sub_model")
+        if sr == nil then
+            return refuse(c, err)
+        end
+        if not route.off and sr.provider ~= route.provider then
+            return refuse(c, errors.bad_request("invalid_value",
+                "'rlm.sub_model' must be served by the same provider as"
+                .. " 'model'.", "rlm.sub_model"))
+        end
+        sub = route.off and asked.sub_model or sr.root_model
+        if sub == "" then
+            sub = asked.sub_model
+        end
+    end
+
+    local given = {}
+    if type(asked) == "table" then
+        given.max_iterations = asked.max_iterations
+        given.max_depth = asked.max_depth
+        given.timeout = asked.timeout
+    end
+    if sub ~= "" then
+        given.sub_model = sub
+    end
+
+    local final = shaping.clamp(route, given)
+
+    ok, err = shaping.rewrite(body, final)
+    if ok == nil then
+        return refuse(c, err)
+    end
+
+    set_vars(tenant, route, sub)
+
+    ok, err = c.limits.concurrency(c, tenant)
+    if not ok then
+        return refuse(c, err)
+    end
+end
+
+
+local function is_completions(uri)
+    return uri == "/v1/chat/completions"
+end
+
+
+-- POST .../sessions creates; POST .../sessions/{id}/eval does not
+local function is_session_create(uri, method, anywhere)
+    if method ~= "POST" then
+        return false
+    end
+    if anywhere then
+        return uri:find("/sessions/?$") ~= nil
+    end
+    return uri == "/v1/sessions" or uri == "/v1/sessions/"
+end
+
+
+-- access([kind]): the access-phase entry point.  kind, if given, is
+-- "completions", "sessions" or "plain" and overrides the URI check (for
+-- locations mounted elsewhere; with "sessions", a POST to a URI ending
+-- in /sessions is a creation).
+function _M.access(kind)
+    local c = request_conf()
+
+    local tenant, err = c.auth.authenticate(c)
+    if tenant == nil then
+        return errors.send(err)
+    end
+
+    set_vars(tenant, nil)
+    ngx.ctx.rlm_policy_tenant = tenant
+
+    local ok
+    ok, err = c.limits.rate(c, tenant)
+    if not ok then
+        return errors.send(err)
+    end
+
+    local uri = ngx.var.uri
+    local method = ngx.req.get_method()
+
+    if kind == "completions" or (kind == nil and is_completions(uri)) then
+        if method ~= "POST" then
+            return    -- the C handler answers 405
+        end
+        return completions(c, tenant)
+    end
+
+    if (kind == "sessions" and is_session_create(uri, method, true))
+       or (kind == nil and is_session_create(uri, method))
+    then
+        ok, err = c.limits.sessions(c, tenant)
+        if not ok then
+            return refuse(c, err)
+        end
+    end
+end
+
+
+-- models(): content handler of GET /v1/models (auth included, so it
+-- works with or without access() on the location).
+function _M.models()
+    local c = request_conf()
+
+    if ngx.req.get_method() ~= "GET" and ngx.req.get_method() ~= "HEAD" then
+        ngx.header["Allow"] = "GET"
+        return errors.send(errors.new(405, "invalid_request_error",
+                                      "method_not_allowed",
+                                      "Use GET for /v1/models."))
+    end
+
+    -- without access() on the location, authenticate and count here
+    local tenant = ngx.ctx.rlm_policy_tenant
+    if tenant == nil then
+        local err
+        tenant, err = c.auth.authenticate(c)
+        if tenant == nil then
+            return errors.send(err)
+        end
+        local ok
+        ok, err = c.limits.rate(c, tenant)
+        if not ok then
+            return errors.send(err)
+        end
+    end
+
+    local text, err = require("rlm.models").body(c, tenant, c.routing)
+    if text == nil then
+        return errors.send(err)
+    end
+
+    ngx.header["Content-Type"] = "application/json"
+    ngx.say(text)
+end
+
+
+-- log(): gives back concurrency and session-creation slots.
+function _M.log()
+    conf.limits.release(conf)
+end
+
+
+return _M

@@ -1,0 +1,625 @@
+-- rlm.shaping: checks an OpenAI chat completion request before the C
+-- handler sees it, normalises it and writes the route's limits into it.
+--
+-- read(conf)          -> body | nil, err   (body = {raw=, req=, members=})
+-- validate(req)       -> true | nil, err
+-- clamp(route, rlm)   -> the `rlm` object to send (limits clamped/filled)
+-- rewrite(body, rlm)  -> true | nil, err   (only if something changed)
+--
+-- Bodies nginx kept in memory are read with ngx.req.get_body_data().
+-- Bodies it wrote to a temporary file (larger than client_body_buffer_size)
+-- are read from that file if they are at most conf.body_max bytes
+-- (default 16 MiB); a larger one is refused with 413 `body_too_large`,
+-- never passed on unchecked.  A rewritten body goes back where it came
+-- from: memory (ngx.req.set_body_data) or a new temporary file next to
+-- nginx's (ngx.req.set_body_file, removed with the request).
+--
+-- The body is never re-encoded as a whole: lua-cjson would turn [] into
+-- {} and round numbers to 14 digits.  The top-level members the policy
+-- does not change are copied byte for byte; only `max_tokens`,
+-- `max_completion_tokens` and `rlm` are written anew.  A body with a
+-- duplicate top-level key is refused, so the policy and the C parser
+-- cannot disagree about which `model` or `rlm` counts.
+
+local cjson_safe = require "cjson.safe"
+local errors = require "rlm.errors"
+
+local type = type
+local pairs = pairs
+local ipairs = ipairs
+local tostring = tostring
+local find = string.find
+local sub = string.sub
+local byte = string.byte
+local format = string.format
+local concat = table.concat
+
+local _M = {}
+
+local json = cjson_safe.new()
+json.decode_invalid_numbers(false)    -- no NaN, Infinity, hex
+
+local DEFAULT_BODY_MAX = 16 * 1024 * 1024
+
+local ROLES = { system = true, user = true, assistant = true, tool = true,
+                developer = true }
+
+-- keys of the `rlm` object and what their values must be
+-- (max_depth 0 is allowed: a root loop without sub-calls)
+local RLM_KEYS = { max_iterations = "integer", max_depth = "count",
+                   timeout = "number", sub_model = "string" }
+
+-- top-level members the policy writes itself
+local REWRITTEN = { max_tokens = true, max_completion_tokens = true,
+                    rlm = true }
+
+local null = cjson_safe.null
+
+
+local function bad(code, message, param)
+    return nil, errors.bad_request(code, message, param)
+end
+
+
+local function is_array(t)
+    if type(t) ~= "table" then
+        return false
+    end
+    local n = #t
+    for k in pairs(t) do
+        if type(k) ~= "number" or k < 1 or k > n or k % 1 ~= 0 then
+            return false
+        end
+    end
+    return true
+end
+
+
+local function is_object(t)
+    if type(t) ~= "table" then
+        return false
+    end
+    -- an empty table is {} or []: accept it as an empty object
+    return next(t) == nil or not is_array(t)
+end
+
+
+local function positive_integer(v)
+    return type(v) == "number" and v >= 1 and v % 1 == 0 and v < 2^53
+end
+
+
+local function count(v)
+    return type(v) == "number" and v >= 0 and v % 1 == 0 and v < 2^53
+end
+
+
+local function positive_number(v)
+    return type(v) == "number" and v > 0 and v < math.huge
+end
+
+
+-- JSON null means "not given" for optional fields
+local function given(v)
+    return v ~= nil and v ~= null
+end
+
+
+-- Byte ranges of the top-level members of a JSON object already known to
+-- be valid (cjson decoded it): { {key=, from=, to=}, ... }.  Strings are
+-- skipped with string.find, so a body of megabytes of text costs a few
+-- C-level scans.
+local function skip_string(s, i)
+    -- s[i] is the opening quote.  A plain find (memchr speed) for the
+    -- next quote, then count the backslashes in front of it: an odd
+    -- number means it is escaped.  A character class in the pattern
+    -- would make Lua's matcher walk the string byte by byte, ~20x slower
+    -- on megabytes of message text.
+    local j = i + 1
+    while true do
+        local k = find(s, '"', j, true)
+        if k == nil then
+            return nil
+        end
+        local b = k - 1
+        while byte(s, b) == 92 do         -- backslash
+            b = b - 1
+        end
+        if (k - 1 - b) % 2 == 0 then
+            return k
+        end
+        j = k + 1
+    end
+end
+
+
+local function skip_value(s, i)
+    local c = byte(s, i)
+
+    if c == 34 then                       -- "
+        return skip_string(s, i)
+    end
+
+    if c == 123 or c == 91 then           -- { [
+        local depth = 0
+        local j = i
+        while true do
+            local k = find(s, '[%[%]{}"]', j)
+            if k == nil then
+                return nil
+            end
+            c = byte(s, k)
+            if c == 34 then
+                k = skip_string(s, k)
+                if k == nil then
+                    return nil
+                end
+            elseif c == 123 or c == 91 then
+                depth = depth + 1
+            else
+                depth = depth - 1
+                if depth == 0 then
+                    return k
+                end
+            end
+            j = k + 1
+        end
+    end
+
+    -- number, true, false, null
+    local k = find(s, "[,}%]%s]", i)
+    return k and k - 1
+end
+
+
+local function members(s)
+    local out = {}
+    local seen = {}
+    local i = find(s, "{", 1, true) + 1
+
+    while true do
+        i = find(s, "[^%s]", i)
+        if i == nil then
+            return nil
+        end
+
+        if byte(s, i) == 125 and #out == 0 then   -- {}
+            return out
+        end
+
+        if byte(s, i) ~= 34 then
+            return nil
+        end
+
+        local kend = skip_string(s, i)
+        if kend == nil then
+            return nil
+        end
+        local key = json.decode(sub(s, i, kend))
+        if type(key) ~= "string" then
+            return nil
+        end
+        if seen[key] then
+            return nil, key
+        end
+        seen[key] = true
+
+        local colon = find(s, "[^%s]", kend + 1)
+        if colon == nil or byte(s, colon) ~= 58 then
+            return nil
+        end
+
+        local vstart = find(s, "[^%s]", colon + 1)
+        local vend = vstart and skip_value(s, vstart)
+        if vend == nil then
+            return nil
+        end
+
+        out[#out + 1] = { key = key, from = i, to = vend }
+
+        i = find(s, "[^%s]", vend + 1)
+        if i == nil then
+            return nil
+        end
+        if byte(s, i) == 125 then
+            return out
+        end
+        if byte(s, i) ~= 44 then
+            return nil
+        end
+        i = i + 1
+    end
+end
+
+
+-- for t/lua_policy.t: the scanner alone
+_M._members = members
+
+
+-- read(conf) -> { raw =, req =, members =, file = path|nil } | nil, err
+function _M.read(conf)
+    ngx.req.read_body()
+
+    local raw = ngx.req.get_body_data()
+    local file
+
+    if raw == nil then
+        file = ngx.req.get_body_file()
+    end
+
+    if file ~= nil then
+        local max = conf.body_max or DEFAULT_BODY_MAX
+        local f, err = io.open(file, "rb")
+        if not f then
+            ngx.log(ngx.ERR, "rlm policy: cannot open the buffered body: ",
+                    err)
+            return nil, errors.new(500, "server_error", "internal_error",
+                                   "The request body could not be read.")
+        end
+
+        local size = f:seek("end")
+        if size == nil then
+            f:close()
+            return nil, errors.new(500, "server_error", "internal_error",
+                                   "The request body could not be read.")
+        end
+
+        if size > max then
+            f:close()
+            return nil, errors.new(413, "invalid_request_error",
+                                   "body_too_large",
+                                   "The request body is " .. size
+                                   .. " bytes; this server checks and"
+                                   .. " accepts at most " .. max
+                                   .. " bytes per completion request.")
+        end
+
+        f:seek("set", 0)
+        raw = f:read("*a")
+        f:close()
+    end
+
+    if raw == nil or raw == "" then
+        return bad("invalid_json", "The request body is empty; send a JSON"
+                   .. " object.", nil)
+    end
+
+    if not find(raw, "^%s*{") then
+        return bad("invalid_json", "The request body must be a JSON"
+                   .. " object.", nil)
+    end
+
+    local req, err = json.decode(raw)
+    if type(req) ~= "table" then
+        return bad("invalid_json", "The request body is not valid JSON: "
+                   .. tostring(err), nil)
+    end
+
+    local list, dup = members(raw)
+    if list == nil then
+        if dup then
+            return bad("invalid_json", "The key '" .. dup .. "' appears"
+                       .. " more than once.", dup)
+        end
+        return bad("invalid_json", "The request body is not a JSON object"
+                   .. " this server can read.", nil)
+    end
+
+    return { raw = raw, req = req, members = list, file = file }
+end
+
+
+local function check_content(i, m)
+    local p = "messages[" .. i .. "].content"
+    local c = m.content
+
+    if not given(c) then
+        if m.role == "assistant"
+           and (given(m.tool_calls) or given(m.function_call))
+        then
+            return true
+        end
+        return bad("missing_field", "Each message needs a 'content'.", p)
+    end
+
+    if type(c) == "string" then
+        return true
+    end
+
+    if not is_array(c) or #c == 0 then
+        return bad("invalid_type", "'content' must be a string or a"
+                   .. " non-empty array of content parts.", p)
+    end
+
+    for j, part in ipairs(c) do
+        local pp = p .. "[" .. (j - 1) .. "]"
+        if not is_object(part) then
+            return bad("invalid_type", "A content part must be an object.",
+                       pp)
+        end
+        if part.type ~= "text" then
+            return bad("invalid_value", "Only content parts of type 'text'"
+                       .. " are supported.", pp .. ".type")
+        end
+        if type(part.text) ~= "string" then
+            return bad(given(part.text) and "invalid_type" or "missing_field",
+                       "A text part needs a string 'text'.", pp .. ".text")
+        end
+    end
+
+    return true
+end
+
+
+-- validate(req) -> true | nil, err
+function _M.validate(req)
+    if not given(req.model) then
+        return bad("missing_field", "You must provide a model parameter.",
+                   "model")
+    end
+    if type(req.model) ~= "string" or req.model == "" then
+        return bad("invalid_type", "'model' must be a non-empty string.",
+                   "model")
+    end
+
+    local msgs = req.messages
+    if not given(msgs) then
+        return bad("missing_field", "'messages' is required.", "messages")
+    end
+    if not is_array(msgs) or #msgs == 0 then
+        return bad("invalid_type", "'messages' must be a non-empty array.",
+                   "messages")
+    end
+
+    local users = 0
+    for n, m in ipairs(msgs) do
+        local i = n - 1
+        local p = "messages[" .. i .. "]"
+
+        if not is_object(m) then
+            return bad("invalid_type", "Each message must be an object.", p)
+        end
+        if not given(m.role) then
+            return bad("missing_field", "Each message needs a 'role'.",
+                       p .. ".role")
+        end
+        if not ROLES[m.role] then
+            return bad("invalid_value", "'role' must be one of system,"
+                       .. " user, assistant, tool, developer.", p .. ".role")
+        end
+
+        local ok, err = check_content(i, m)
+        if not ok then
+            return nil, err
+        end
+
+        if m.role == "user" then
+            users = users + 1
+        end
+    end
+
+    if users == 0 then
+        return bad("invalid_value", "'messages' must contain at least one"
+                   .. " user message.", "messages")
+    end
+
+    if given(req.stream) and type(req.stream) ~= "boolean" then
+        return bad("invalid_type", "'stream' must be a boolean.", "stream")
+    end
+
+    for _, k in ipairs({ "max_tokens", "max_completion_tokens" }) do
+        if given(req[k]) and not positive_integer(req[k]) then
+            return bad("invalid_value", "'" .. k .. "' must be a positive"
+                       .. " integer.", k)
+        end
+    end
+
+    if given(req.max_tokens) and given(req.max_completion_tokens)
+       and req.max_tokens ~= req.max_completion_tokens
+    then
+        return bad("invalid_value", "'max_completion_tokens' and"
+                   .. " 'max_tokens' disagree; send one of them.",
+                   "max_completion_tokens")
+    end
+
+    local temp = req.temperature
+    if given(temp) and (type(temp) ~= "number" or not (temp >= 0)
+                        or temp > 2)
+    then
+        return bad("invalid_value", "'temperature' must be a number from 0"
+                   .. " to 2.", "temperature")
+    end
+
+    if given(req.n) and req.n ~= 1 then
+        return bad("invalid_value", "Only n = 1 is supported.", "n")
+    end
+
+    if given(req.stream_options) then
+        if not is_object(req.stream_options) then
+            return bad("invalid_type", "'stream_options' must be an"
+                       .. " object.", "stream_options")
+        end
+        if req.stream ~= true then
+            return bad("invalid_value", "'stream_options' is only allowed"
+                       .. " when 'stream' is true.", "stream_options")
+        end
+    end
+
+    local rlm = req.rlm
+    if given(rlm) then
+        if not is_object(rlm) then
+            return bad("invalid_type", "'rlm' must be an object.", "rlm")
+        end
+
+        for k, v in pairs(rlm) do
+            local want = RLM_KEYS[k]
+            local p = "rlm." .. tostring(k)
+
+            if want == nil then
+                return bad("unknown_parameter", "Unknown field in 'rlm':"
+                           .. " use max_iterations, max_depth, timeout or"
+                           .. " sub_model.", p)
+            end
+
+            if v ~= null then
+                local ok
+                if want == "integer" then
+                    ok = positive_integer(v)
+                elseif want == "count" then
+                    ok = count(v)
+                elseif want == "number" then
+                    ok = positive_number(v)
+                else
+                    ok = type(v) == "string" and v ~= ""
+                end
+
+                if not ok then
+                    local what = {
+                        integer = " positive integer",
+                        count = "n integer >= 0",
+                        number = " positive number",
+                        string = " non-empty string",
+                    }
+                    return bad("invalid_value", "'" .. p .. "' must be a"
+                               .. what[want] .. ".", p)
+                end
+            end
+        end
+    end
+
+    return true
+end
+
+
+-- clamp(route, asked) -> the rlm object to send.
+-- asked: the client's `rlm` (validated) or nil.  Each limit is the
+-- client's value capped at the route's, or the route's when the client
+-- gave none; sub_model is decided by the caller and passed in
+-- asked.sub_model.
+function _M.clamp(route, asked)
+    local out = {}
+    asked = (type(asked) == "table") and asked or {}
+
+    for _, k in ipairs({ "max_iterations", "max_depth", "timeout" }) do
+        local v = asked[k]
+        local cap = route[k]
+        if v == nil or v == null then
+            v = cap
+        elseif cap ~= nil and v > cap then
+            v = cap
+        end
+        out[k] = v
+    end
+
+    if type(asked.sub_model) == "string" and asked.sub_model ~= "" then
+        out.sub_model = asked.sub_model
+    end
+
+    return out
+end
+
+
+local function number_text(v)
+    if v % 1 == 0 and v < 2^53 then
+        return format("%d", v)
+    end
+    return format("%.17g", v)
+end
+
+
+local function rlm_text(rlm)
+    local parts = {}
+    for _, k in ipairs({ "max_iterations", "max_depth", "timeout" }) do
+        if rlm[k] ~= nil then
+            parts[#parts + 1] = '"' .. k .. '":' .. number_text(rlm[k])
+        end
+    end
+    if rlm.sub_model then
+        parts[#parts + 1] = '"sub_model":' .. json.encode(rlm.sub_model)
+    end
+    return "{" .. concat(parts, ",") .. "}"
+end
+
+
+local function same_rlm(asked, rlm)
+    if asked == nil or asked == null then
+        return next(rlm) == nil
+    end
+    for k, v in pairs(asked) do
+        if v ~= null and rlm[k] ~= v then
+            return false
+        end
+        if v == null then
+            return false
+        end
+    end
+    for k, v in pairs(rlm) do
+        if asked[k] ~= v then
+            return false
+        end
+    end
+    return true
+end
+
+
+-- rewrite(body, rlm) -> changed (boolean) | nil, err
+-- Writes max_completion_tokens as max_tokens and the final `rlm`; the
+-- other members are copied unchanged.  Nothing is written when the body
+-- already says exactly that.
+function _M.rewrite(body, rlm)
+    local req = body.req
+    local tokens = req.max_tokens
+    if not given(tokens) then
+        tokens = req.max_completion_tokens
+    end
+
+    if req.max_completion_tokens == nil and same_rlm(req.rlm, rlm) then
+        return false
+    end
+
+    local raw = body.raw
+    local parts = {}
+
+    for _, m in ipairs(body.members) do
+        if not REWRITTEN[m.key] then
+            parts[#parts + 1] = sub(raw, m.from, m.to)
+        end
+    end
+
+    if given(tokens) then
+        parts[#parts + 1] = '"max_tokens":' .. number_text(tokens)
+    end
+
+    if next(rlm) ~= nil then
+        parts[#parts + 1] = '"rlm":' .. rlm_text(rlm)
+    end
+
+    local new = "{" .. concat(parts, ",") .. "}"
+
+    if body.file == nil then
+        ngx.req.set_body_data(new)
+        return true
+    end
+
+    -- the body came from a file: write the new one to a file too, next to
+    -- nginx's (same directory, same permissions), removed with the request
+    local path = body.file .. ".rlm"
+    local f, err = io.open(path, "wb")
+    if f then
+        local ok
+        ok, err = f:write(new)
+        f:close()
+        if ok then
+            ngx.req.set_body_file(path, true)
+            return true
+        end
+        os.remove(path)
+    end
+
+    ngx.log(ngx.ERR, "rlm policy: cannot write the rewritten body: ", err)
+    return nil, errors.new(500, "server_error", "internal_error",
+                           "The request body could not be rewritten.")
+end
+
+
+return _M
