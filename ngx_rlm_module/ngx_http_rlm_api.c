@@ -20,32 +20,12 @@ typedef enum {
 } ngx_http_rlm_route_e;
 
 
-/*
- * A create waits for the manager's acquire on a pool of its own: if the
- * request goes away meanwhile, the answer still arrives and the sandbox
- * goes back to the manager instead of leaking.
- */
-
-typedef struct {
-    ngx_pool_t                 *pool;
-    ngx_pool_cleanup_t         *cleanup;       /* on the request's pool */
-    ngx_http_request_t         *request;
-    ngx_http_rlm_session_t     *session;
-    ngx_http_rlm_zone_t        *zone;
-    u_char                      sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
-    unsigned                    reserved:1;
-    unsigned                    done:1;
-} ngx_http_rlm_create_t;
-
-
 static ngx_int_t ngx_http_rlm_api_route(ngx_http_request_t *r,
     ngx_http_rlm_route_e *route, ngx_str_t *id);
 static ngx_int_t ngx_http_rlm_api_collection(ngx_http_request_t *r);
 static void ngx_http_rlm_api_create_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_rlm_api_create(ngx_http_request_t *r);
-static void ngx_http_rlm_api_acquired(void *data, json_t *reply,
-    ngx_http_rlm_peer_status_e status);
-static void ngx_http_rlm_api_create_cleanup(void *data);
+static void ngx_http_rlm_api_opened(ngx_http_rlm_open_t *op);
 static ngx_int_t ngx_http_rlm_api_list(ngx_http_request_t *r);
 static ngx_int_t ngx_http_rlm_api_show(ngx_http_request_t *r,
     ngx_http_rlm_session_t *s);
@@ -53,8 +33,6 @@ static ngx_int_t ngx_http_rlm_api_delete(ngx_http_request_t *r,
     ngx_http_rlm_session_t *s);
 static ngx_int_t ngx_http_rlm_api_not_allowed(ngx_http_request_t *r,
     const char *allow);
-static ngx_int_t ngx_http_rlm_api_unavailable(ngx_http_request_t *r,
-    const char *code, const char *message);
 static ngx_int_t ngx_http_rlm_api_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 
@@ -378,21 +356,14 @@ static ngx_int_t
 ngx_http_rlm_api_create(ngx_http_request_t *r)
 {
     u_char                     id[NGX_HTTP_RLM_ID_BYTES];
-    json_t                    *body, *jid, *req;
-    size_t                     len;
-    ngx_pool_t                *pool;
-    ngx_int_t                  rc;
-    ngx_str_t                  owner;
-    ngx_buf_t                 *b;
-    json_error_t               jerr;
-    ngx_pool_cleanup_t        *cln;
-    ngx_http_rlm_ctx_t        *ctx;
-    ngx_http_rlm_zone_t       *z;
-    ngx_http_rlm_create_t     *cr;
-    ngx_http_rlm_main_conf_t  *rmcf;
-
-    rmcf = ngx_http_get_module_main_conf(r, ngx_http_rlm_module);
-    z = ngx_http_rlm_zone();
+    json_t               *body, *jid;
+    size_t                len;
+    ngx_int_t             rc;
+    ngx_str_t             owner;
+    ngx_buf_t            *b;
+    json_error_t          jerr;
+    ngx_http_rlm_ctx_t   *ctx;
+    ngx_http_rlm_open_t  *op;
 
     ctx = ngx_http_rlm_get_ctx(r);
     if (ctx == NULL) {
@@ -466,92 +437,21 @@ ngx_http_rlm_api_create(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (rmcf->control_path.len == 0) {
-        return ngx_http_rlm_api_unavailable(r, "manager_unavailable",
-                                            "no sandbox manager is "
-                                            "configured (rlm_sandboxd or "
-                                            "rlm_sandboxd_socket)");
-    }
-
-    pool = ngx_create_pool(1024, ngx_cycle->log);
-    if (pool == NULL) {
+    op = ngx_pcalloc(r->pool, sizeof(ngx_http_rlm_open_t));
+    if (op == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    cr = ngx_pcalloc(pool, sizeof(ngx_http_rlm_create_t));
-    cln = ngx_pool_cleanup_add(r->pool, 0);
-
-    if (cr == NULL || cln == NULL) {
-        ngx_destroy_pool(pool);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    cr->pool = pool;
-    cr->cleanup = cln;
-    cr->request = r;
-    cr->zone = z;
-
-    rc = ngx_http_rlm_session_reserve(z, id, &owner, rmcf->max_sessions,
-                                      &cr->session);
-
-    if (rc != NGX_OK) {
-        ngx_destroy_pool(pool);
-    }
-
-    switch (rc) {
-
-    case NGX_OK:
-        break;
-
-    case NGX_DECLINED:
-        return ngx_http_rlm_send_error_param(r, NGX_HTTP_CONFLICT,
-                                             "invalid_request_error",
-                                             "session_exists", "id",
-                                             "a session with this id "
-                                             "exists");
-
-    case NGX_BUSY:
-        (void) ngx_atomic_fetch_add(&z->sh->stats.sessions_rejected, 1);
-        return ngx_http_rlm_api_unavailable(r, "session_limit",
-                                            "the session limit "
-                                            "(rlm_max_sessions) is reached; "
-                                            "retry later or delete "
-                                            "sessions");
-
-    default:
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "rlm: rlm_sessions_zone is full");
-        (void) ngx_atomic_fetch_add(&z->sh->stats.sessions_rejected, 1);
-        return ngx_http_rlm_api_unavailable(r, "session_limit",
-                                            "the session table is full");
-    }
-
-    cr->reserved = 1;
-    cln->handler = ngx_http_rlm_api_create_cleanup;
-    cln->data = cr;
+    op->handler = ngx_http_rlm_api_opened;
+    op->data = r;
 
     ngx_http_rlm_session_format_id(id, ctx->session_id);
     ctx->has_session = 1;
 
-    req = json_pack("{s:s, s:s%, s:o}", "op", "acquire",
-                    "session", (char *) ctx->session_id,
-                    (size_t) NGX_HTTP_RLM_ID_HEX,
-                    "limits", ngx_http_rlm_control_limits(rmcf));
+    rc = ngx_http_rlm_session_open(op, r->pool, id, &owner);
 
-    rc = NGX_ERROR;
-
-    if (req) {
-        rc = ngx_http_rlm_control(pool, ngx_cycle->log, req,
-                                  NGX_HTTP_RLM_CONTROL_TIMEOUT,
-                                  ngx_http_rlm_api_acquired, cr);
-        json_decref(req);
-    }
-
-    if (rc != NGX_OK) {
-        cln->handler = NULL;
-        ngx_http_rlm_session_abort(z, cr->session);
-        ngx_destroy_pool(pool);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (rc != NGX_AGAIN) {
+        return ngx_http_rlm_open_send_error(r, op);
     }
 
     return NGX_DONE;
@@ -559,100 +459,31 @@ ngx_http_rlm_api_create(ngx_http_request_t *r)
 
 
 static void
-ngx_http_rlm_api_acquired(void *data, json_t *reply,
-    ngx_http_rlm_peer_status_e status)
+ngx_http_rlm_api_opened(ngx_http_rlm_open_t *op)
 {
-    u_char                 *loc;
-    json_t                 *o, *err;
-    ngx_int_t               rc;
-    const char             *code, *msg;
-    ngx_http_request_t     *r;
-    ngx_http_rlm_ctx_t     *ctx;
-    ngx_http_rlm_create_t  *cr = data;
+    u_char              *loc;
+    json_t              *o;
+    ngx_int_t            rc;
+    ngx_http_request_t  *r;
+    ngx_http_rlm_ctx_t  *ctx;
 
-    r = cr->request;
+    r = op->data;
 
-    if (r == NULL) {
-        /* the request is gone: give everything back */
-
-        if (reply && json_is_true(json_object_get(reply, "ok"))
-            && json_is_string(json_object_get(reply, "sandbox")))
-        {
-            ngx_http_rlm_control_release(ngx_cycle->log, (u_char *)
-                json_string_value(json_object_get(reply, "sandbox")));
-        }
-
-        ngx_http_rlm_session_abort(cr->zone, cr->session);
-        ngx_destroy_pool(cr->pool);
-        return;
+    if (op->session == NULL) {
+        rc = ngx_http_rlm_open_send_error(r, op);
+        goto done;
     }
-
-    cr->cleanup->handler = NULL;
 
     ctx = ngx_http_rlm_get_ctx(r);
 
-    if (reply == NULL) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "rlm: the sandbox manager is not reachable on \"%V\"",
-                      &((ngx_http_rlm_main_conf_t *)
-                        ngx_http_get_module_main_conf(r, ngx_http_rlm_module))
-                       ->control_path);
-        rc = ngx_http_rlm_api_unavailable(r, "manager_unavailable",
-                                          "the sandbox manager is not "
-                                          "reachable");
-        goto done;
-    }
-
-    if (!json_is_true(json_object_get(reply, "ok"))) {
-        err = json_object_get(reply, "error");
-        code = json_string_value(json_object_get(err, "code"));
-        msg = json_string_value(json_object_get(err, "message"));
-
-        if (code && ngx_strcmp(code, "limit") == 0) {
-            (void) ngx_atomic_fetch_add(
-                                   &cr->zone->sh->stats.sessions_rejected, 1);
-            rc = ngx_http_rlm_api_unavailable(r, "session_limit",
-                                              "the sandbox manager has no "
-                                              "capacity for another "
-                                              "session");
-            goto done;
-        }
-
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "rlm: the sandbox manager refused a sandbox: %s %s",
-                      code ? code : "-", msg ? msg : "");
-
-        rc = ngx_http_rlm_send_error(r, NGX_HTTP_BAD_GATEWAY, "server_error",
-                                     "manager_error",
-                                     "the sandbox manager could not "
-                                     "provide a sandbox");
-        goto done;
-    }
-
-    if (!json_is_string(json_object_get(reply, "path"))
-        || !json_is_string(json_object_get(reply, "sandbox")))
-    {
-        rc = ngx_http_rlm_send_error(r, NGX_HTTP_BAD_GATEWAY, "server_error",
-                                     "manager_error",
-                                     "the sandbox manager sent a reply "
-                                     "without a sandbox");
-        goto done;
-    }
-
-    ngx_http_rlm_session_activate(cr->zone, cr->session, reply);
-    cr->done = 1;
-
-    (void) ngx_atomic_fetch_add(&cr->zone->sh->stats.sessions_created, 1);
-    (void) ngx_atomic_fetch_add(&cr->zone->sh->stats.sandbox_starts, 1);
-
-    o = ngx_http_rlm_session_json(cr->zone, cr->session);
+    o = ngx_http_rlm_session_json(op->zone, op->session);
 
     /* the creator's reference ends here; the session lives on */
 
-    ngx_http_rlm_session_put(cr->zone, cr->session);
-    cr->reserved = 0;
+    ngx_http_rlm_session_put(op->zone, op->session);
 
-    if (o == NULL) {
+    if (o == NULL || ctx == NULL) {
+        json_decref(o);
         rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
         goto done;
     }
@@ -684,27 +515,7 @@ ngx_http_rlm_api_acquired(void *data, json_t *reply,
 
 done:
 
-    if (!cr->done && cr->reserved) {
-        cr->reserved = 0;
-        ngx_http_rlm_session_abort(cr->zone, cr->session);
-    }
-
-    ngx_destroy_pool(cr->pool);
-
     ngx_http_rlm_finalize(r, rc);
-
-    (void) status;
-}
-
-
-/* the request ends before the manager answered: the answer cleans up */
-
-static void
-ngx_http_rlm_api_create_cleanup(void *data)
-{
-    ngx_http_rlm_create_t  *cr = data;
-
-    cr->request = NULL;
 }
 
 
@@ -826,19 +637,6 @@ ngx_http_rlm_api_not_allowed(ngx_http_request_t *r, const char *allow)
                                    "invalid_request_error",
                                    "method_not_allowed",
                                    "this method is not allowed here");
-}
-
-
-static ngx_int_t
-ngx_http_rlm_api_unavailable(ngx_http_request_t *r, const char *code,
-    const char *message)
-{
-    if (ngx_http_rlm_set_header(r, "Retry-After", "1") != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return ngx_http_rlm_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                   "server_error", code, message);
 }
 
 

@@ -74,6 +74,9 @@ static ngx_int_t ngx_http_rlm_eval_body_json(ngx_http_request_t *r,
     ngx_http_rlm_eval_t *ev, json_t **out);
 static ngx_int_t ngx_http_rlm_eval_answered(ngx_http_rlm_eval_t *ev,
     ngx_int_t rc);
+static ngx_int_t ngx_http_rlm_eval_error(ngx_http_rlm_eval_t *ev,
+    ngx_uint_t status, const char *type, const char *code,
+    const char *message);
 
 
 /*
@@ -583,11 +586,13 @@ ngx_http_rlm_eval_enter(ngx_http_rlm_eval_t *ev)
     case NGX_BUSY:
         (void) ngx_atomic_fetch_add(&ev->zone->sh->stats.cells_rejected, 1);
 
-        if (ngx_http_rlm_set_header(r, "Retry-After", "1") != NGX_OK) {
+        if (ev->done == NULL
+            && ngx_http_rlm_set_header(r, "Retry-After", "1") != NGX_OK)
+        {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        return ngx_http_rlm_send_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+        return ngx_http_rlm_eval_error(ev, NGX_HTTP_TOO_MANY_REQUESTS,
                                        "rate_limit_error",
                                        "session_queue_full",
                                        "too many cells are waiting in this "
@@ -899,14 +904,14 @@ ngx_http_rlm_eval_peer_done(ngx_http_rlm_peer_t *p,
                       "rlm: sandbox \"%s\" did not answer in %M ms",
                       ev->sandbox, ev->timeout);
 
-        rc = ngx_http_rlm_send_error(ev->request, NGX_HTTP_GATEWAY_TIME_OUT,
+        rc = ngx_http_rlm_eval_error(ev, NGX_HTTP_GATEWAY_TIME_OUT,
                                      "server_error", "sandbox_timeout",
                                      "the sandbox did not answer in time");
         ngx_http_rlm_eval_release(ev);
         break;
 
     default:
-        rc = ngx_http_rlm_send_error(ev->request, NGX_HTTP_BAD_GATEWAY,
+        rc = ngx_http_rlm_eval_error(ev, NGX_HTTP_BAD_GATEWAY,
                                      "server_error", "sandbox_error",
                                      "the sandbox broke the protocol");
         ngx_http_rlm_eval_release(ev);
@@ -1040,7 +1045,7 @@ ngx_http_rlm_eval_lost(ngx_http_rlm_eval_t *ev, const char *status,
 
     if (ev->context) {
         ngx_http_rlm_eval_release(ev);
-        return ngx_http_rlm_send_error(ev->request, NGX_HTTP_CONFLICT,
+        return ngx_http_rlm_eval_error(ev, NGX_HTTP_CONFLICT,
                                        "invalid_request_error",
                                        "sandbox_lost", (char *) msg);
     }
@@ -1082,7 +1087,7 @@ ngx_http_rlm_eval_respond(ngx_http_rlm_eval_t *ev)
             v = json_object_get(ev->result, "error");
             v = v ? json_object_get(v, "evalue") : NULL;
 
-            return ngx_http_rlm_send_error(r, NGX_HTTP_BAD_REQUEST,
+            return ngx_http_rlm_eval_error(ev, NGX_HTTP_BAD_REQUEST,
                        "invalid_request_error", "invalid_json",
                        json_is_string(v) ? json_string_value(v)
                                          : "the context could not be "
@@ -1105,6 +1110,11 @@ ngx_http_rlm_eval_respond(ngx_http_rlm_eval_t *ev)
                         "kind", json_object_get(ev->result, "kind"));
         if (out == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (ev->done) {
+            ev->out = out;
+            return NGX_OK;
         }
 
         rc = ngx_http_rlm_send_json_value(r, NGX_HTTP_OK, out);
@@ -1140,24 +1150,30 @@ ngx_http_rlm_eval_respond(ngx_http_rlm_eval_t *ev)
 
     key = "stdout";
     v = json_object_get(ev->result, key);
-    json_object_set(out, key, v ? v : json_string(""));
+    json_object_set_new(out, key, v ? json_incref(v) : json_string(""));
 
     key = "stderr";
     v = json_object_get(ev->result, key);
-    json_object_set(out, key, v ? v : json_string(""));
+    json_object_set_new(out, key, v ? json_incref(v) : json_string(""));
 
     v = json_object_get(ev->result, "error");
-    json_object_set(out, "error", v ? v : json_null());
+    json_object_set_new(out, "error", v ? json_incref(v) : json_null());
 
     v = json_object_get(ev->result, "duration_ms");
-    json_object_set(out, "duration_ms", v ? v : json_real(0));
+    json_object_set_new(out, "duration_ms",
+                        v ? json_incref(v) : json_real(0));
 
     v = json_object_get(ev->result, "answer");
-    json_object_set(out, "answer", v ? v : json_null());
+    json_object_set_new(out, "answer", v ? json_incref(v) : json_null());
 
     v = json_object_get(ev->result, "state_delta");
     if (v) {
         json_object_set(out, "state_delta", v);
+    }
+
+    if (ev->done) {
+        ev->out = out;
+        return NGX_OK;
     }
 
     rc = ngx_http_rlm_send_json_value(r, NGX_HTTP_OK, out);
@@ -1210,7 +1226,82 @@ ngx_http_rlm_eval_finalize(ngx_http_rlm_eval_t *ev, ngx_int_t rc)
         ngx_http_rlm_session_put(ev->zone, ev->session);
     }
 
+    if (ev->done) {
+        ev->done(ev, rc);
+        return;
+    }
+
     ngx_http_rlm_finalize(ev->request, rc);
+}
+
+
+/*
+ * An engine's cell or context load.  The engine filled ev (request, zone,
+ * session it holds a reference on, frame, blob, timeout, done, data and
+ * maybe call_handler and engine_data); done() runs exactly once, possibly
+ * before this returns, with ev->out (what the API would answer) or an
+ * error: rc is an HTTP status and ev->err_code/err_message say why.
+ * ngx_http_rlm_eval_cancel() gives everything back early; the request's
+ * pool does so anyway when it goes.
+ */
+
+ngx_int_t
+ngx_http_rlm_eval_start(ngx_http_rlm_eval_t *ev)
+{
+    ngx_int_t            rc;
+    ngx_pool_cleanup_t  *cln;
+
+    cln = ngx_pool_cleanup_add(ev->request->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_rlm_eval_cleanup;
+    cln->data = ev;
+
+    if (ev->call_handler == NULL) {
+        ev->call_handler = ngx_http_rlm_call_handler;
+    }
+
+    rc = ngx_http_rlm_eval_enter(ev);
+
+    if (rc != NGX_DONE) {
+        ngx_http_rlm_eval_finalize(ev, rc);
+    }
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_rlm_eval_cancel(ngx_http_rlm_eval_t *ev)
+{
+    ev->finalized = 1;
+    ngx_http_rlm_eval_cleanup(ev);
+}
+
+
+static ngx_int_t
+ngx_http_rlm_eval_error(ngx_http_rlm_eval_t *ev, ngx_uint_t status,
+    const char *type, const char *code, const char *message)
+{
+    size_t  len;
+
+    if (ev->done == NULL) {
+        return ngx_http_rlm_send_error(ev->request, status, type, code,
+                                       message);
+    }
+
+    ev->err_code = code;
+
+    len = ngx_strlen(message);
+    ev->err_message = ngx_pnalloc(ev->request->pool, len + 1);
+
+    if (ev->err_message) {
+        ngx_memcpy(ev->err_message, message, len + 1);
+    }
+
+    return status;
 }
 
 
@@ -1251,8 +1342,10 @@ ngx_http_rlm_eval_cleanup(void *data)
 
     json_decref(ev->frame);
     json_decref(ev->result);
+    json_decref(ev->out);
     ev->frame = NULL;
     ev->result = NULL;
+    ev->out = NULL;
 }
 
 

@@ -149,6 +149,7 @@ char *ngx_http_rlm_llm_parse_provider(ngx_conf_t *cf,
     ngx_http_rlm_provider_t *p);
 ngx_http_rlm_provider_t *ngx_http_rlm_llm_find_provider(
     ngx_array_t *providers, ngx_str_t *name);
+ngx_array_t *ngx_http_rlm_llm_providers(ngx_conf_t *cf);
 
 
 #endif /* _NGX_HTTP_RLM_LLM_H_INCLUDED_ */

@@ -76,8 +76,6 @@ static char *ngx_http_rlm_llm_set_handler(ngx_conf_t *cf,
 static ngx_int_t ngx_http_rlm_llm_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_rlm_llm_status_handler(ngx_http_request_t *r);
 static void ngx_http_rlm_llm_body_handler(ngx_http_request_t *r);
-static ngx_int_t ngx_http_rlm_llm_read_body(ngx_http_request_t *r,
-    ngx_str_t *body);
 static void ngx_http_rlm_llm_cleanup(void *data);
 static void ngx_http_rlm_llm_done(ngx_http_rlm_llm_call_t *call);
 static ngx_int_t ngx_http_rlm_llm_delta(ngx_http_rlm_llm_call_t *call,
@@ -149,6 +147,26 @@ ngx_module_t  ngx_http_rlm_llm_module = {
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
+
+
+/* the providers of the configuration being read (cf), or running */
+
+ngx_array_t *
+ngx_http_rlm_llm_providers(ngx_conf_t *cf)
+{
+    ngx_http_rlm_llm_main_conf_t  *lmcf;
+
+    if (cf) {
+        lmcf = ngx_http_conf_get_module_main_conf(cf,
+                                                  ngx_http_rlm_llm_module);
+
+    } else {
+        lmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                                   ngx_http_rlm_llm_module);
+    }
+
+    return lmcf ? lmcf->providers : NULL;
+}
 
 
 static ngx_int_t
@@ -373,7 +391,7 @@ ngx_http_rlm_llm_body_handler(ngx_http_request_t *r)
 
     llcf = ngx_http_get_module_loc_conf(r, ngx_http_rlm_llm_module);
 
-    if (ngx_http_rlm_llm_read_body(r, &body) != NGX_OK) {
+    if (ngx_http_rlm_read_body(r, &body) != NGX_OK) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
@@ -510,58 +528,6 @@ ngx_http_rlm_llm_body_handler(ngx_http_request_t *r)
     if (r == r->main) {
         r->read_event_handler = ngx_http_test_reading;
     }
-}
-
-
-static ngx_int_t
-ngx_http_rlm_llm_read_body(ngx_http_request_t *r, ngx_str_t *body)
-{
-    off_t         len;
-    u_char       *p;
-    ssize_t       n;
-    ngx_buf_t    *b;
-    ngx_chain_t  *cl;
-
-    body->len = 0;
-    body->data = (u_char *) "";
-
-    if (r->request_body == NULL || r->request_body->bufs == NULL) {
-        return NGX_OK;
-    }
-
-    len = 0;
-
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        len += ngx_buf_size(cl->buf);
-    }
-
-    p = ngx_pnalloc(r->pool, len + 1);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    body->data = p;
-
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        b = cl->buf;
-
-        if (b->in_file) {
-            n = ngx_read_file(b->file, p, b->file_last - b->file_pos,
-                              b->file_pos);
-            if (n == NGX_ERROR) {
-                return NGX_ERROR;
-            }
-
-            p += n;
-            continue;
-        }
-
-        p = ngx_cpymem(p, b->pos, b->last - b->pos);
-    }
-
-    body->len = p - body->data;
-
-    return NGX_OK;
 }
 
 

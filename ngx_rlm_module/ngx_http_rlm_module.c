@@ -8,6 +8,7 @@
 
 
 #include "ngx_http_rlm_module.h"
+#include "ngx_http_rlm_trajectory.h"
 
 
 static ngx_int_t ngx_http_rlm_preconfiguration(ngx_conf_t *cf);
@@ -183,6 +184,20 @@ static ngx_command_t  ngx_http_rlm_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       (void *) NGX_HTTP_RLM_HANDLER_METRICS },
+
+    { ngx_string("rlm_trajectory_dir"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_rlm_trajectory_dir,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, trajectory_dir),
+      NULL },
+
+    { ngx_string("rlm_trajectories"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_rlm_set_handler,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      (void *) NGX_HTTP_RLM_HANDLER_TRAJECTORIES },
 
       ngx_null_command
 };
@@ -659,6 +674,10 @@ ngx_http_rlm_handler(ngx_http_request_t *r)
 
     case NGX_HTTP_RLM_HANDLER_METRICS:
         rc = ngx_http_rlm_metrics_handler(r);
+        break;
+
+    case NGX_HTTP_RLM_HANDLER_TRAJECTORIES:
+        rc = ngx_http_rlm_trajectories_handler(r);
         break;
 
     default:

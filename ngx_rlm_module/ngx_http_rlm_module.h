@@ -41,7 +41,8 @@ typedef enum {
     NGX_HTTP_RLM_HANDLER_NONE = 0,
     NGX_HTTP_RLM_HANDLER_HEALTH,
     NGX_HTTP_RLM_HANDLER_SESSIONS,
-    NGX_HTTP_RLM_HANDLER_METRICS
+    NGX_HTTP_RLM_HANDLER_METRICS,
+    NGX_HTTP_RLM_HANDLER_TRAJECTORIES
 } ngx_http_rlm_handler_e;
 
 
@@ -135,6 +136,10 @@ typedef struct {
     uint64_t                    cell_us;
     uint64_t                    context_bytes;
 
+    uint64_t                    completions;
+    uint64_t                    prompt_tokens;
+    uint64_t                    completion_tokens;
+
     ngx_uint_t                  generation;
     ngx_pid_t                   sandbox_pid;
 
@@ -188,6 +193,8 @@ typedef struct {
     ngx_uint_t                  session_queue;
 
     size_t                      context_max_size;
+
+    ngx_path_t                 *trajectory_dir;    /* NULL: none written */
 
     ngx_shm_zone_t             *shm_zone;
     ngx_flag_t                  used;              /* any rlm location */
@@ -300,6 +307,9 @@ typedef ngx_int_t (*ngx_http_rlm_call_pt)(ngx_http_rlm_eval_t *ev,
 
 extern ngx_http_rlm_call_pt  ngx_http_rlm_call_handler;
 
+typedef void (*ngx_http_rlm_eval_done_pt)(ngx_http_rlm_eval_t *ev,
+    ngx_int_t rc);
+
 
 /* one cell (exec) or context load on a session, bound to a request */
 struct ngx_http_rlm_eval_s {
@@ -333,11 +343,44 @@ struct ngx_http_rlm_eval_s {
     ngx_http_rlm_call_pt        call_handler;
     void                       *engine_data;
 
+    /* an engine's cell (ngx_http_rlm_eval_start): its outcome */
+    ngx_http_rlm_eval_done_pt   done;
+    json_t                     *out;
+    const char                 *err_code;
+    u_char                     *err_message;
+
     unsigned                    context:1;
     unsigned                    referenced:1;
     unsigned                    running:1;
     unsigned                    sent:1;
     unsigned                    finalized:1;
+};
+
+
+/* opening a session: ngx_http_rlm_open.c */
+typedef struct ngx_http_rlm_open_s  ngx_http_rlm_open_t;
+
+typedef void (*ngx_http_rlm_open_pt)(ngx_http_rlm_open_t *op);
+
+struct ngx_http_rlm_open_s {
+    ngx_http_rlm_open_pt        handler;
+    void                       *data;
+
+    /* outcome: session (referenced, active) or status, code, message */
+    ngx_http_rlm_session_t     *session;
+    ngx_uint_t                  status;
+    const char                 *code;
+    const char                 *param;
+    const char                 *message;
+    u_char                      hex[NGX_HTTP_RLM_ID_HEX];
+    unsigned                    retry_after:1;
+
+    /* private */
+    ngx_http_rlm_zone_t        *zone;
+    ngx_pool_t                 *pool;
+    ngx_pool_cleanup_t         *cleanup;
+    ngx_http_rlm_open_t        *pending;
+    ngx_http_rlm_open_t        *caller;
 };
 
 
@@ -357,6 +400,7 @@ ngx_int_t ngx_http_rlm_send_error_param(ngx_http_request_t *r,
 ngx_int_t ngx_http_rlm_set_header(ngx_http_request_t *r, const char *name,
     const char *value);
 ngx_http_rlm_ctx_t *ngx_http_rlm_get_ctx(ngx_http_request_t *r);
+ngx_int_t ngx_http_rlm_read_body(ngx_http_request_t *r, ngx_str_t *body);
 void ngx_http_rlm_finalize(ngx_http_request_t *r, ngx_int_t rc);
 void ngx_http_rlm_enter_handler(void);
 void ngx_http_rlm_leave_handler(void);
@@ -437,6 +481,10 @@ void ngx_http_rlm_session_copy_sandbox(ngx_http_rlm_zone_t *z,
     ngx_uint_t *generation, ngx_uint_t *state, u_char *reason);
 void ngx_http_rlm_session_expire(ngx_http_rlm_zone_t *z, time_t idle,
     ngx_log_t *log);
+uint64_t ngx_http_rlm_session_begin_completion(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s);
+void ngx_http_rlm_session_add_tokens(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s, uint64_t prompt, uint64_t completion);
 
 /* ngx_http_rlm_api.c */
 ngx_int_t ngx_http_rlm_sessions_handler(ngx_http_request_t *r);
@@ -444,11 +492,19 @@ ngx_int_t ngx_http_rlm_api_owner(ngx_http_request_t *r, ngx_str_t *owner);
 ngx_int_t ngx_http_rlm_api_init_body_filter(ngx_conf_t *cf);
 ngx_int_t ngx_http_rlm_api_body_cap(ngx_http_request_t *r, off_t cap);
 
+/* ngx_http_rlm_open.c */
+ngx_int_t ngx_http_rlm_session_open(ngx_http_rlm_open_t *op,
+    ngx_pool_t *caller_pool, u_char *id, ngx_str_t *owner);
+ngx_int_t ngx_http_rlm_open_send_error(ngx_http_request_t *r,
+    ngx_http_rlm_open_t *op);
+
 /* ngx_http_rlm_eval.c */
 ngx_int_t ngx_http_rlm_eval_handler(ngx_http_request_t *r,
     ngx_http_rlm_session_t *s, ngx_uint_t context);
 ngx_int_t ngx_http_rlm_eval_reply(ngx_http_rlm_eval_t *ev, json_t *reply);
 void ngx_http_rlm_eval_extend(ngx_http_rlm_eval_t *ev, ngx_msec_t timeout);
+ngx_int_t ngx_http_rlm_eval_start(ngx_http_rlm_eval_t *ev);
+void ngx_http_rlm_eval_cancel(ngx_http_rlm_eval_t *ev);
 ngx_int_t ngx_http_rlm_eval_default_call(ngx_http_rlm_eval_t *ev,
     json_t *call);
 

@@ -214,3 +214,57 @@ ngx_http_rlm_set_header(ngx_http_request_t *r, const char *name,
 
     return NGX_OK;
 }
+
+
+/* the whole request body in one piece of memory, from buffers or file */
+
+ngx_int_t
+ngx_http_rlm_read_body(ngx_http_request_t *r, ngx_str_t *body)
+{
+    off_t         len;
+    u_char       *p;
+    ssize_t       n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    body->len = 0;
+    body->data = (u_char *) "";
+
+    if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        return NGX_OK;
+    }
+
+    len = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        len += ngx_buf_size(cl->buf);
+    }
+
+    p = ngx_pnalloc(r->pool, len + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    body->data = p;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (b->in_file) {
+            n = ngx_read_file(b->file, p, b->file_last - b->file_pos,
+                              b->file_pos);
+            if (n == NGX_ERROR) {
+                return NGX_ERROR;
+            }
+
+            p += n;
+            continue;
+        }
+
+        p = ngx_cpymem(p, b->pos, b->last - b->pos);
+    }
+
+    body->len = p - body->data;
+
+    return NGX_OK;
+}

@@ -502,7 +502,7 @@ static json_t *
 ngx_http_rlm_session_json_locked(ngx_http_rlm_session_t *s)
 {
     u_char   hex[NGX_HTTP_RLM_ID_HEX];
-    json_t  *o;
+    json_t  *o, *v;
 
     ngx_http_rlm_session_format_id(s->id, hex);
 
@@ -527,6 +527,16 @@ ngx_http_rlm_session_json_locked(ngx_http_rlm_session_t *s)
     if (o == NULL) {
         return NULL;
     }
+
+    v = json_object_get(o, "usage");
+
+    json_object_set_new(v, "completions", json_integer(s->completions));
+    json_object_set_new(v, "prompt_tokens", json_integer(s->prompt_tokens));
+    json_object_set_new(v, "completion_tokens",
+                        json_integer(s->completion_tokens));
+    json_object_set_new(v, "total_tokens",
+                        json_integer(s->prompt_tokens
+                                     + s->completion_tokens));
 
     if (s->owner_len) {
         json_object_set_new(o, "owner",
@@ -873,4 +883,32 @@ ngx_http_rlm_pid_alive(ngx_pid_t pid)
     }
 
     return kill(pid, 0) == 0 || ngx_errno != ESRCH;
+}
+
+
+/* a completion starts in the session: its number, from 0 */
+
+uint64_t
+ngx_http_rlm_session_begin_completion(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s)
+{
+    uint64_t  n;
+
+    ngx_shmtx_lock(&z->shpool->mutex);
+    n = s->completions++;
+    s->last_used = ngx_time();
+    ngx_shmtx_unlock(&z->shpool->mutex);
+
+    return n;
+}
+
+
+void
+ngx_http_rlm_session_add_tokens(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s, uint64_t prompt, uint64_t completion)
+{
+    ngx_shmtx_lock(&z->shpool->mutex);
+    s->prompt_tokens += prompt;
+    s->completion_tokens += completion;
+    ngx_shmtx_unlock(&z->shpool->mutex);
 }

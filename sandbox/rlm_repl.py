@@ -246,6 +246,7 @@ def _single(fn, args):
 
 def _batched(fn, args, n):
     rep = _call(fn, args)
+    _take_state(rep)
     if not rep.get("ok"):
         raise RuntimeError(str(rep.get("error") or fn + " failed"))
     items = rep.get("result")
@@ -278,16 +279,36 @@ def llm_query_batched(prompts, model=None):
                                           "model": model}, len(prompts))
 
 
+def _shared_state():
+    # the children start from the state as it is now, in the middle of
+    # the cell, not as the host saw it at the end of the last one
+    return {_state_key(k): _jsonable(v) for k, v in _STATE.items()}
+
+
+def _take_state(rep):
+    # what the children wrote to the shared dict is visible on return
+    st = rep.get("state")
+    if isinstance(st, dict):
+        _STATE.update(st)
+
+
 def rlm_query(prompt, model=None):
     """Run a child RLM whose context is the prompt; returns its answer."""
-    return _single("rlm_query", {"prompt": _text(prompt), "model": model})
+    rep = _call("rlm_query", {"prompt": _text(prompt), "model": model,
+                              "state": _shared_state()})
+    _take_state(rep)
+    if not rep.get("ok"):
+        raise RuntimeError(str(rep.get("error") or "rlm_query failed"))
+    return rep.get("result")
 
 
 def rlm_query_batched(prompts, model=None):
     """Several child RLMs; order kept, per-item "Error: " strings."""
     prompts = [_text(p) for p in prompts]
     return _batched("rlm_query_batched", {"prompts": prompts,
-                                          "model": model}, len(prompts))
+                                          "model": model,
+                                          "state": _shared_state()},
+                    len(prompts))
 
 
 def call_tool(name, *args, **kwargs):

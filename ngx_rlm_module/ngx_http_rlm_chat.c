@@ -1,0 +1,1632 @@
+
+/*
+ * ngx_rlm: Recursive Language Models served by nginx.
+ *
+ * POST /v1/chat/completions (rlm_completions): the OpenAI-compatible
+ * face of the loop.  It reads and checks the request, finds or opens the
+ * session (X-RLM-Session-Id header or rlm_session cookie, X-RLM-Reset),
+ * runs a loop (ngx_http_rlm_loop.c) and answers with chat.completion, or
+ * with chat.completion.chunk events and progress comments when
+ * "stream": true.  A module of its own, ngx_http_rlm_chat_module, in the
+ * same .so as the others.
+ */
+
+
+#include "ngx_http_rlm_loop.h"
+#include "ngx_http_rlm_trajectory.h"
+
+
+#define NGX_HTTP_RLM_CHAT_KEEPALIVE   10000
+#define NGX_HTTP_RLM_CHAT_BODY_SLACK  (1024 * 1024)
+
+
+typedef struct {
+    ngx_flag_t                  enabled;
+    ngx_http_complex_value_t   *provider;
+    ngx_http_complex_value_t   *model;
+    ngx_http_complex_value_t   *sub_model;
+    ngx_str_t                   system_prompt_file;
+    ngx_http_rlm_loop_conf_t    loop;
+} ngx_http_rlm_chat_loc_conf_t;
+
+
+typedef struct {
+    ngx_http_request_t         *request;
+    ngx_http_rlm_loop_t         loop;
+    ngx_http_rlm_tree_t         tree;
+    ngx_http_rlm_open_t         open;
+    ngx_str_t                   model;          /* as the client named it */
+    ngx_str_t                   id;             /* chatcmpl-... */
+    time_t                      created;
+    ngx_event_t                 keepalive;
+    ngx_uint_t                  from_cookie;
+    ngx_int_t                   rc;             /* of an error answer */
+    unsigned                    stream:1;
+    unsigned                    include_usage:1;
+    unsigned                    header_sent:1;
+} ngx_http_rlm_chat_t;
+
+
+static void *ngx_http_rlm_chat_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_rlm_chat_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child);
+static char *ngx_http_rlm_chat_enable(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_rlm_chat_prompt_file(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+static ngx_int_t ngx_http_rlm_chat_handler(ngx_http_request_t *r);
+static void ngx_http_rlm_chat_body(ngx_http_request_t *r);
+static ngx_int_t ngx_http_rlm_chat_parse(ngx_http_request_t *r,
+    ngx_http_rlm_chat_t *chat, json_t *req);
+static ngx_int_t ngx_http_rlm_chat_text(json_t *content, ngx_pool_t *pool,
+    ngx_str_t *out);
+static ngx_int_t ngx_http_rlm_chat_session(ngx_http_request_t *r,
+    ngx_http_rlm_chat_t *chat);
+static void ngx_http_rlm_chat_opened(ngx_http_rlm_open_t *op);
+static ngx_int_t ngx_http_rlm_chat_run(ngx_http_rlm_chat_t *chat);
+static void ngx_http_rlm_chat_done(ngx_http_rlm_loop_t *loop);
+static void ngx_http_rlm_chat_progress(ngx_http_rlm_loop_t *loop,
+    const char *what);
+static void ngx_http_rlm_chat_keepalive(ngx_event_t *e);
+static void ngx_http_rlm_chat_cleanup(void *data);
+static ngx_int_t ngx_http_rlm_chat_answer(ngx_http_rlm_chat_t *chat);
+static json_t *ngx_http_rlm_chat_extension(ngx_http_rlm_chat_t *chat);
+static json_t *ngx_http_rlm_chat_chunk(ngx_http_rlm_chat_t *chat);
+static ngx_int_t ngx_http_rlm_chat_headers(ngx_http_rlm_chat_t *chat,
+    ngx_uint_t stream);
+static ngx_int_t ngx_http_rlm_chat_send(ngx_http_rlm_chat_t *chat,
+    json_t *event, const char *comment, ngx_uint_t last);
+static ngx_int_t ngx_http_rlm_chat_bad(ngx_http_rlm_chat_t *chat,
+    const char *code, const char *param, const char *message);
+static ngx_int_t ngx_http_rlm_chat_answered(ngx_http_rlm_chat_t *chat,
+    ngx_int_t rc);
+static ngx_str_t *ngx_http_rlm_chat_header(ngx_http_request_t *r,
+    const char *name);
+
+
+static ngx_conf_num_bounds_t  ngx_http_rlm_chat_iterations_bounds = {
+    ngx_conf_check_num_bounds, 1, 1000
+};
+
+static ngx_conf_num_bounds_t  ngx_http_rlm_chat_depth_bounds = {
+    ngx_conf_check_num_bounds, 0, 8
+};
+
+static ngx_conf_num_bounds_t  ngx_http_rlm_chat_positive_bounds = {
+    ngx_conf_check_num_bounds, 1, 1000000
+};
+
+static ngx_conf_num_bounds_t  ngx_http_rlm_chat_output_bounds = {
+    ngx_conf_check_num_bounds, 100, 16777216
+};
+
+
+static ngx_command_t  ngx_http_rlm_chat_commands[] = {
+
+    { ngx_string("rlm_completions"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_rlm_chat_enable,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("rlm_completion_provider"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, provider),
+      NULL },
+
+    { ngx_string("rlm_completion_model"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, model),
+      NULL },
+
+    { ngx_string("rlm_completion_sub_model"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, sub_model),
+      NULL },
+
+    { ngx_string("rlm_max_iterations"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, loop.max_iterations),
+      &ngx_http_rlm_chat_iterations_bounds },
+
+    { ngx_string("rlm_max_depth"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, loop.max_depth),
+      &ngx_http_rlm_chat_depth_bounds },
+
+    { ngx_string("rlm_completion_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, loop.timeout),
+      NULL },
+
+    { ngx_string("rlm_max_error_cells"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, loop.max_error_cells),
+      &ngx_http_rlm_chat_positive_bounds },
+
+    { ngx_string("rlm_block_output_max"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, loop.block_output_max),
+      &ngx_http_rlm_chat_output_bounds },
+
+    { ngx_string("rlm_max_concurrent_calls"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, loop.max_calls),
+      &ngx_http_rlm_chat_positive_bounds },
+
+    { ngx_string("rlm_final_markers"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, loop.final_markers),
+      NULL },
+
+    { ngx_string("rlm_system_prompt_file"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_rlm_chat_prompt_file,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_rlm_chat_module_ctx = {
+    NULL,                                  /* preconfiguration */
+    NULL,                                  /* postconfiguration */
+
+    NULL,                                  /* create main configuration */
+    NULL,                                  /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_rlm_chat_create_loc_conf,     /* create location configuration */
+    ngx_http_rlm_chat_merge_loc_conf       /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_rlm_chat_module = {
+    NGX_MODULE_V1,
+    &ngx_http_rlm_chat_module_ctx,         /* module context */
+    ngx_http_rlm_chat_commands,            /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    NULL,                                  /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    NULL,                                  /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+/* fields of a request that go to the provider with every root call */
+static const char  *ngx_http_rlm_chat_sampling[] = {
+    "temperature", "top_p", "seed", "stop", "presence_penalty",
+    "frequency_penalty", "logit_bias", "user", "reasoning_effort",
+    "service_tier", NULL
+};
+
+
+static void *
+ngx_http_rlm_chat_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_rlm_chat_loc_conf_t  *conf;
+
+    conf = ngx_pcalloc(cf->pool, sizeof(ngx_http_rlm_chat_loc_conf_t));
+    if (conf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     conf->provider = NULL;
+     *     conf->model = NULL;
+     *     conf->sub_model = NULL;
+     *     conf->loop.system_prompt = { 0, NULL };
+     */
+
+    conf->enabled = NGX_CONF_UNSET;
+    conf->loop.max_iterations = NGX_CONF_UNSET_UINT;
+    conf->loop.max_depth = NGX_CONF_UNSET_UINT;
+    conf->loop.timeout = NGX_CONF_UNSET_MSEC;
+    conf->loop.max_error_cells = NGX_CONF_UNSET_UINT;
+    conf->loop.block_output_max = NGX_CONF_UNSET_SIZE;
+    conf->loop.max_calls = NGX_CONF_UNSET_UINT;
+    conf->loop.final_markers = NGX_CONF_UNSET;
+
+    return conf;
+}
+
+
+static char *
+ngx_http_rlm_chat_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_rlm_chat_loc_conf_t *prev = parent;
+    ngx_http_rlm_chat_loc_conf_t *conf = child;
+
+    ngx_http_core_loc_conf_t  *clcf;
+
+    ngx_conf_merge_value(conf->enabled, prev->enabled, 0);
+
+    if (conf->provider == NULL) {
+        conf->provider = prev->provider;
+    }
+
+    if (conf->model == NULL) {
+        conf->model = prev->model;
+    }
+
+    if (conf->sub_model == NULL) {
+        conf->sub_model = prev->sub_model;
+    }
+
+    ngx_conf_merge_uint_value(conf->loop.max_iterations,
+                              prev->loop.max_iterations, 30);
+    ngx_conf_merge_uint_value(conf->loop.max_depth, prev->loop.max_depth, 1);
+    ngx_conf_merge_msec_value(conf->loop.timeout, prev->loop.timeout,
+                              600000);
+    ngx_conf_merge_uint_value(conf->loop.max_error_cells,
+                              prev->loop.max_error_cells, 5);
+    ngx_conf_merge_size_value(conf->loop.block_output_max,
+                              prev->loop.block_output_max, 20000);
+    ngx_conf_merge_uint_value(conf->loop.max_calls, prev->loop.max_calls,
+                              64);
+    ngx_conf_merge_value(conf->loop.final_markers, prev->loop.final_markers,
+                         1);
+    ngx_conf_merge_str_value(conf->loop.system_prompt,
+                             prev->loop.system_prompt, "");
+
+    if (conf->loop.system_prompt.len == 0) {
+        conf->loop.system_prompt = ngx_http_rlm_default_system_prompt;
+    }
+
+    if (conf->enabled == 1) {
+        if (ngx_http_rlm_llm_providers(cf) == NULL
+            || ngx_http_rlm_llm_providers(cf)->nelts == 0)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"rlm_completions\" needs an "
+                               "\"rlm_provider\" in the http block");
+            return NGX_CONF_ERROR;
+        }
+
+        /* the handler checks the size against rlm_context_max_size */
+        clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+        clcf->client_max_body_size = 0;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_rlm_chat_enable(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_rlm_chat_loc_conf_t *rclf = conf;
+
+    ngx_http_core_loc_conf_t  *clcf;
+
+    if (rclf->enabled != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    rclf->enabled = 1;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_rlm_chat_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+/* the system prompt of the location, read once at configuration time */
+
+static char *
+ngx_http_rlm_chat_prompt_file(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_rlm_chat_loc_conf_t *rclf = conf;
+
+    u_char           *buf;
+    ssize_t           n;
+    ngx_str_t        *value, name;
+    ngx_file_t        file;
+    ngx_file_info_t   fi;
+
+    if (rclf->loop.system_prompt.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    name = value[1];
+
+    if (ngx_conf_full_name(cf->cycle, &name, 1) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(&file, sizeof(ngx_file_t));
+    file.name = name;
+    file.log = cf->log;
+
+    file.fd = ngx_open_file(name.data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+    if (file.fd == NGX_INVALID_FILE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           ngx_open_file_n " \"%s\" failed", name.data);
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_fd_info(file.fd, &fi) == NGX_FILE_ERROR
+        || ngx_file_size(&fi) == 0 || ngx_file_size(&fi) > 1024 * 1024)
+    {
+        ngx_close_file(file.fd);
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%s\" must be a non-empty file of at most 1m",
+                           name.data);
+        return NGX_CONF_ERROR;
+    }
+
+    buf = ngx_pnalloc(cf->pool, ngx_file_size(&fi) + 1);
+    if (buf == NULL) {
+        ngx_close_file(file.fd);
+        return NGX_CONF_ERROR;
+    }
+
+    n = ngx_read_file(&file, buf, ngx_file_size(&fi), 0);
+
+    ngx_close_file(file.fd);
+
+    if (n != ngx_file_size(&fi)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "could not read \"%s\"",
+                           name.data);
+        return NGX_CONF_ERROR;
+    }
+
+    buf[n] = '\0';
+
+    rclf->loop.system_prompt.data = buf;
+    rclf->loop.system_prompt.len = n;
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rlm_chat_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                  rc;
+    ngx_http_rlm_main_conf_t  *rmcf;
+
+    if (r->method != NGX_HTTP_POST) {
+        rc = ngx_http_discard_request_body(r);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        if (ngx_http_rlm_set_header(r, "Allow", "POST") != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_rlm_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                                       "invalid_request_error",
+                                       "method_not_allowed", "use POST");
+    }
+
+    rmcf = ngx_http_get_module_main_conf(r, ngx_http_rlm_module);
+
+    if (r->headers_in.content_length_n
+        > (off_t) (rmcf->context_max_size + NGX_HTTP_RLM_CHAT_BODY_SLACK))
+    {
+        rc = ngx_http_discard_request_body(r);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        return ngx_http_rlm_send_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                       "invalid_request_error",
+                                       "body_too_large",
+                                       "the request is larger than "
+                                       "rlm_context_max_size allows");
+    }
+
+    if (ngx_http_rlm_api_body_cap(r, (off_t) rmcf->context_max_size
+                                     + NGX_HTTP_RLM_CHAT_BODY_SLACK)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_read_client_request_body(r, ngx_http_rlm_chat_body);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_rlm_chat_body(ngx_http_request_t *r)
+{
+    json_t               *req;
+    ngx_int_t             rc;
+    ngx_str_t             body;
+    json_error_t          jerr;
+    ngx_pool_cleanup_t   *cln;
+    ngx_http_rlm_chat_t  *chat;
+
+    ngx_http_rlm_enter_handler();
+
+    chat = ngx_pcalloc(r->pool, sizeof(ngx_http_rlm_chat_t));
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+
+    if (chat == NULL || cln == NULL) {
+        rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        goto done;
+    }
+
+    chat->request = r;
+    chat->created = ngx_time();
+    chat->tree.models = json_object();
+    chat->tree.state = json_object();
+
+    cln->handler = ngx_http_rlm_chat_cleanup;
+    cln->data = chat;
+
+    if (chat->tree.models == NULL || chat->tree.state == NULL
+        || ngx_http_rlm_read_body(r, &body) != NGX_OK)
+    {
+        rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        goto done;
+    }
+
+    req = json_loadb((char *) body.data, body.len, JSON_REJECT_DUPLICATES,
+                     &jerr);
+
+    if (!json_is_object(req)) {
+        json_decref(req);
+        rc = ngx_http_rlm_chat_bad(chat, "invalid_json", NULL,
+                                   "the body must be a JSON object (an "
+                                   "OpenAI chat completion request)");
+        goto done;
+    }
+
+    rc = ngx_http_rlm_chat_parse(r, chat, req);
+
+    json_decref(req);
+
+    if (rc != NGX_OK) {
+        goto done;
+    }
+
+    rc = ngx_http_rlm_chat_session(r, chat);
+
+    if (rc == NGX_DONE) {
+        /* a client that goes away cancels the completion */
+        if (r == r->main) {
+            r->read_event_handler = ngx_http_test_reading;
+        }
+
+        ngx_http_rlm_leave_handler();
+        return;
+    }
+
+done:
+
+    if (rc == NGX_DECLINED) {
+        rc = chat->rc;
+    }
+
+    ngx_http_rlm_leave_handler();
+    ngx_http_rlm_finalize(r, rc);
+}
+
+
+/*
+ * The request, checked field by field (the Lua shaping layer may have
+ * normalised it already; this is the module's own guard).
+ */
+
+static ngx_int_t
+ngx_http_rlm_chat_parse(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat,
+    json_t *req)
+{
+    u_char                        *p;
+    size_t                         i, last_user;
+    json_t                        *messages, *m, *v, *rlm, *earlier;
+    ngx_str_t                      s, query;
+    const char                    *role, **f;
+    ngx_http_rlm_loop_t           *loop;
+    ngx_http_rlm_chat_loc_conf_t  *rclf;
+
+    rclf = ngx_http_get_module_loc_conf(r, ngx_http_rlm_chat_module);
+    loop = &chat->loop;
+
+    messages = json_object_get(req, "messages");
+
+    if (messages == NULL) {
+        return ngx_http_rlm_chat_bad(chat, "missing_field", "messages",
+                                     "\"messages\" is required");
+    }
+
+    if (!json_is_array(messages) || json_array_size(messages) == 0) {
+        return ngx_http_rlm_chat_bad(chat, "invalid_value", "messages",
+                                     "\"messages\" must be a non-empty "
+                                     "array");
+    }
+
+    last_user = (size_t) -1;
+
+    json_array_foreach(messages, i, m) {
+        role = json_string_value(json_object_get(m, "role"));
+
+        if (!json_is_object(m) || role == NULL) {
+            return ngx_http_rlm_chat_bad(chat, "invalid_value", "messages",
+                                         "every message needs a \"role\"");
+        }
+
+        v = json_object_get(m, "content");
+
+        if (v && !json_is_null(v) && !json_is_string(v) && !json_is_array(v))
+        {
+            return ngx_http_rlm_chat_bad(chat, "invalid_value", "messages",
+                                         "\"content\" must be a string or "
+                                         "an array of content parts");
+        }
+
+        if (ngx_strcmp(role, "user") == 0) {
+            last_user = i;
+        }
+    }
+
+    if (last_user == (size_t) -1) {
+        return ngx_http_rlm_chat_bad(chat, "invalid_value", "messages",
+                                     "no user message: the last one is "
+                                     "the query");
+    }
+
+    if (ngx_http_rlm_chat_text(json_object_get(json_array_get(messages,
+                                                              last_user),
+                                               "content"),
+                               r->pool, &query)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (query.len == 0) {
+        return ngx_http_rlm_chat_bad(chat, "invalid_value", "messages",
+                                     "the last user message is empty");
+    }
+
+    loop->query = query;
+
+    v = json_object_get(req, "model");
+
+    if (v && !json_is_string(v)) {
+        return ngx_http_rlm_chat_bad(chat, "invalid_type", "model",
+                                     "\"model\" must be a string");
+    }
+
+    if (v) {
+        chat->model.len = json_string_length(v);
+        chat->model.data = ngx_pnalloc(r->pool, chat->model.len + 1);
+        if (chat->model.data == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_memcpy(chat->model.data, json_string_value(v),
+                   chat->model.len + 1);
+    }
+
+    v = json_object_get(req, "stream");
+
+    if (v && !json_is_boolean(v) && !json_is_null(v)) {
+        return ngx_http_rlm_chat_bad(chat, "invalid_type", "stream",
+                                     "\"stream\" must be a boolean");
+    }
+
+    chat->stream = json_is_true(v);
+    chat->include_usage = json_is_true(
+        json_object_get(json_object_get(req, "stream_options"),
+                        "include_usage"));
+
+    v = json_object_get(req, "n");
+
+    if (v && !json_is_null(v)
+        && !(json_is_integer(v) && json_integer_value(v) == 1))
+    {
+        return ngx_http_rlm_chat_bad(chat, "invalid_value", "n",
+                                     "only n = 1 is supported");
+    }
+
+    v = json_object_get(req, "max_completion_tokens");
+    if (v == NULL || json_is_null(v)) {
+        v = json_object_get(req, "max_tokens");
+    }
+
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) <= 0) {
+            return ngx_http_rlm_chat_bad(chat, "invalid_value", "max_tokens",
+                                         "\"max_tokens\" must be a "
+                                         "positive integer");
+        }
+
+        chat->tree.max_tokens = json_integer_value(v);
+    }
+
+    /* sampling fields travel with every root call */
+
+    loop->sampling = json_object();
+    if (loop->sampling == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    for (f = ngx_http_rlm_chat_sampling; *f; f++) {
+        v = json_object_get(req, *f);
+        if (v && !json_is_null(v)) {
+            json_object_set(loop->sampling, *f, v);
+        }
+    }
+
+    /* per-request limits, never above the location's */
+
+    loop->max_iterations = rclf->loop.max_iterations;
+    loop->max_depth = rclf->loop.max_depth;
+    chat->tree.deadline = ngx_current_msec + rclf->loop.timeout;
+
+    rlm = json_object_get(req, "rlm");
+
+    if (rlm && !json_is_null(rlm)) {
+        if (!json_is_object(rlm)) {
+            return ngx_http_rlm_chat_bad(chat, "invalid_type", "rlm",
+                                         "\"rlm\" must be an object");
+        }
+
+        v = json_object_get(rlm, "max_iterations");
+        if (v) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1) {
+                return ngx_http_rlm_chat_bad(chat, "invalid_value",
+                                             "rlm.max_iterations",
+                                             "must be a positive integer");
+            }
+
+            if ((ngx_uint_t) json_integer_value(v) < loop->max_iterations) {
+                loop->max_iterations = json_integer_value(v);
+            }
+        }
+
+        v = json_object_get(rlm, "max_depth");
+        if (v) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0) {
+                return ngx_http_rlm_chat_bad(chat, "invalid_value",
+                                             "rlm.max_depth",
+                                             "must be an integer >= 0");
+            }
+
+            if ((ngx_uint_t) json_integer_value(v) < loop->max_depth) {
+                loop->max_depth = json_integer_value(v);
+            }
+        }
+
+        v = json_object_get(rlm, "timeout");
+        if (v) {
+            if (!json_is_number(v) || json_number_value(v) <= 0) {
+                return ngx_http_rlm_chat_bad(chat, "invalid_value",
+                                             "rlm.timeout",
+                                             "must be a positive number of "
+                                             "seconds");
+            }
+
+            if (json_number_value(v) * 1000 < (double) rclf->loop.timeout) {
+                chat->tree.deadline = ngx_current_msec
+                    + (ngx_msec_t) (json_number_value(v) * 1000 + 1);
+            }
+        }
+
+        v = json_object_get(rlm, "sub_model");
+        if (v) {
+            if (!json_is_string(v) || json_string_length(v) == 0) {
+                return ngx_http_rlm_chat_bad(chat, "invalid_value",
+                                             "rlm.sub_model",
+                                             "must be a model name");
+            }
+
+            s.len = json_string_length(v);
+            s.data = ngx_pnalloc(r->pool, s.len + 1);
+            if (s.data == NULL) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            ngx_memcpy(s.data, json_string_value(v), s.len + 1);
+            loop->sub_model = s;
+        }
+    }
+
+    /* the context: a "context" field, else the messages before the query */
+
+    v = json_object_get(req, "context");
+
+    if (v) {
+        loop->context = json_incref(v);
+
+    } else {
+        earlier = json_array();
+        if (earlier == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        for (i = 0; i < last_user; i++) {
+            m = json_array_get(messages, i);
+
+            if (ngx_http_rlm_chat_text(json_object_get(m, "content"),
+                                       r->pool, &s)
+                != NGX_OK)
+            {
+                json_decref(earlier);
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            json_array_append_new(earlier,
+                json_pack("{s:O, s:s%}", "role", json_object_get(m, "role"),
+                          "content", (char *) s.data, s.len));
+        }
+
+        loop->context = earlier;
+    }
+
+    /* the completion's id: chatcmpl- and 24 random hex digits */
+
+    chat->id.data = ngx_pnalloc(r->pool, sizeof("chatcmpl-") - 1 + 24);
+    if (chat->id.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    {
+        u_char  rnd[NGX_HTTP_RLM_ID_BYTES], hex[NGX_HTTP_RLM_ID_HEX];
+
+        if (ngx_http_rlm_session_random_id(rnd, r->connection->log)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_http_rlm_session_format_id(rnd, hex);
+
+        p = ngx_cpymem(chat->id.data, "chatcmpl-", sizeof("chatcmpl-") - 1);
+        p = ngx_cpymem(p, hex, 24);
+        chat->id.len = p - chat->id.data;
+    }
+
+    return NGX_OK;
+}
+
+
+/* a message's content as text (a copy): a string, or the parts joined */
+
+static ngx_int_t
+ngx_http_rlm_chat_text(json_t *content, ngx_pool_t *pool, ngx_str_t *out)
+{
+    u_char  *p;
+    size_t   i, len;
+    json_t  *part, *t;
+
+    if (json_is_string(content)) {
+        out->len = json_string_length(content);
+        out->data = ngx_pnalloc(pool, out->len + 1);
+        if (out->data == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(out->data, json_string_value(content), out->len + 1);
+        return NGX_OK;
+    }
+
+    len = 0;
+
+    json_array_foreach(content, i, part) {
+        t = json_object_get(part, "text");
+        if (json_is_string(t)) {
+            len += json_string_length(t) + 1;
+        }
+    }
+
+    p = ngx_pnalloc(pool, len + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    out->data = p;
+
+    json_array_foreach(content, i, part) {
+        t = json_object_get(part, "text");
+        if (json_is_string(t)) {
+            if (p != out->data) {
+                *p++ = '\n';
+            }
+
+            p = ngx_cpymem(p, json_string_value(t), json_string_length(t));
+        }
+    }
+
+    *p = '\0';
+    out->len = p - out->data;
+
+    return NGX_OK;
+}
+
+
+/* the session: named by header or cookie, reset on request, or new */
+
+static ngx_int_t
+ngx_http_rlm_chat_session(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat)
+{
+    u_char                   id[NGX_HTTP_RLM_ID_BYTES];
+    u_char                   sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
+    ngx_int_t                rc;
+    ngx_str_t               *given, cookie, owner;
+    ngx_str_t                name = ngx_string("rlm_session");
+    ngx_http_rlm_ctx_t      *ctx;
+    ngx_http_rlm_zone_t     *z;
+    ngx_http_rlm_session_t  *s;
+
+    z = ngx_http_rlm_zone();
+    ctx = ngx_http_rlm_get_ctx(r);
+
+    if (z == NULL || ctx == NULL) {
+        return ngx_http_rlm_chat_answered(chat,
+                   ngx_http_rlm_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                           "server_error",
+                                           "manager_unavailable",
+                                           "sessions are not configured "
+                                           "(rlm_sessions_zone)"));
+    }
+
+    if (ngx_http_rlm_api_owner(r, &owner) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    chat->tree.owner = owner;
+
+    given = ngx_http_rlm_chat_header(r, "X-RLM-Session-Id");
+
+    if (given == NULL
+        && ngx_http_parse_multi_header_lines(&r->headers_in.cookies, &name,
+                                             &cookie)
+           != NGX_DECLINED)
+    {
+        given = &cookie;
+        chat->from_cookie = 1;
+    }
+
+    chat->open.handler = ngx_http_rlm_chat_opened;
+    chat->open.data = chat;
+
+    if (given == NULL) {
+        if (ngx_http_rlm_session_random_id(id, r->connection->log) != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+    } else {
+        if (ngx_http_rlm_session_parse_id(given->data, given->len, id)
+            != NGX_OK)
+        {
+            return ngx_http_rlm_chat_bad(chat, "invalid_session_id",
+                                         chat->from_cookie ? "rlm_session"
+                                                           : "X-RLM-Session-Id",
+                                         "a session id is 32 lowercase hex "
+                                         "characters");
+        }
+
+        s = ngx_http_rlm_session_get(z, id, &owner);
+
+        if (s == NULL) {
+            return ngx_http_rlm_chat_answered(chat,
+                       ngx_http_rlm_send_error_param(r, NGX_HTTP_NOT_FOUND,
+                           "invalid_request_error", "session_not_found",
+                           chat->from_cookie ? "rlm_session"
+                                             : "X-RLM-Session-Id",
+                           "no such session"));
+        }
+
+        if (ngx_http_rlm_chat_header(r, "X-RLM-Reset") == NULL) {
+            chat->loop.session = s;
+            ngx_http_rlm_session_format_id(id, ctx->session_id);
+            ctx->has_session = 1;
+            return ngx_http_rlm_chat_run(chat);
+        }
+
+        /* reset: a fresh sandbox under the same id */
+
+        if (ngx_http_rlm_session_delete(z, s, sandbox) == NGX_OK) {
+            (void) ngx_atomic_fetch_add(&z->sh->stats.sessions_deleted, 1);
+            ngx_http_rlm_control_release(ngx_cycle->log, sandbox);
+        }
+
+        ngx_http_rlm_session_put(z, s);
+    }
+
+    ngx_http_rlm_session_format_id(id, ctx->session_id);
+    ctx->has_session = 1;
+
+    rc = ngx_http_rlm_session_open(&chat->open, r->pool, id, &owner);
+
+    if (rc != NGX_AGAIN) {
+        return ngx_http_rlm_chat_answered(chat,
+                   ngx_http_rlm_open_send_error(r, &chat->open));
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_rlm_chat_opened(ngx_http_rlm_open_t *op)
+{
+    ngx_int_t             rc;
+    ngx_http_request_t   *r;
+    ngx_http_rlm_chat_t  *chat = op->data;
+
+    r = chat->request;
+
+    if (op->session == NULL) {
+        ngx_http_rlm_finalize(r, ngx_http_rlm_open_send_error(r, op));
+        return;
+    }
+
+    chat->loop.session = op->session;
+
+    rc = ngx_http_rlm_chat_run(chat);
+
+    if (rc == NGX_DONE) {
+        if (r == r->main) {
+            r->read_event_handler = ngx_http_test_reading;
+        }
+
+        return;
+    }
+
+    ngx_http_rlm_finalize(r, rc == NGX_DECLINED ? chat->rc : rc);
+}
+
+
+/* the session is ours: set the loop up and start it */
+
+static ngx_int_t
+ngx_http_rlm_chat_run(ngx_http_rlm_chat_t *chat)
+{
+    json_t                        *meta;
+    ngx_str_t                      v;
+    ngx_http_request_t            *r;
+    ngx_http_rlm_loop_t           *loop;
+    ngx_http_rlm_zone_t           *z;
+    ngx_http_rlm_main_conf_t      *rmcf;
+    ngx_http_rlm_chat_loc_conf_t  *rclf;
+
+    r = chat->request;
+    loop = &chat->loop;
+    z = ngx_http_rlm_zone();
+
+    rclf = ngx_http_get_module_loc_conf(r, ngx_http_rlm_chat_module);
+    rmcf = ngx_http_get_module_main_conf(r, ngx_http_rlm_module);
+
+    loop->request = r;
+    loop->conf = &rclf->loop;
+    loop->tree = &chat->tree;
+    loop->done = ngx_http_rlm_chat_done;
+    loop->progress = chat->stream ? ngx_http_rlm_chat_progress : NULL;
+    loop->data = chat;
+    loop->completion_id = chat->id;
+
+    ngx_http_rlm_llm_group_init(&chat->tree.group, rclf->loop.max_calls);
+
+    /* the route: provider, root model, sub model */
+
+    loop->provider = NULL;
+
+    if (rclf->provider) {
+        if (ngx_http_complex_value(r, rclf->provider, &v) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (v.len) {
+            loop->provider = ngx_http_rlm_llm_find_provider(
+                                     ngx_http_rlm_llm_providers(NULL), &v);
+            if (loop->provider == NULL) {
+                ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                              "rlm: the route names provider \"%V\", which "
+                              "is not declared", &v);
+                return ngx_http_rlm_chat_answered(chat,
+                           ngx_http_rlm_send_error(r,
+                               NGX_HTTP_INTERNAL_SERVER_ERROR,
+                               "server_error", "provider_not_found",
+                               "the route names an unknown provider"));
+            }
+        }
+    }
+
+    if (loop->provider == NULL) {
+        loop->provider = ngx_http_rlm_llm_providers(NULL)->elts;
+    }
+
+    loop->root_model = chat->model;
+
+    if (rclf->model) {
+        if (ngx_http_complex_value(r, rclf->model, &v) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (v.len) {
+            loop->root_model = v;
+        }
+    }
+
+    if (loop->root_model.len == 0) {
+        loop->root_model = loop->provider->model;
+    }
+
+    if (loop->sub_model.len == 0 && rclf->sub_model) {
+        if (ngx_http_complex_value(r, rclf->sub_model, &loop->sub_model)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    if (loop->sub_model.len == 0) {
+        loop->sub_model = loop->root_model;
+    }
+
+    if (chat->model.len == 0) {
+        chat->model = loop->root_model;
+    }
+
+    loop->turn = ngx_http_rlm_session_begin_completion(z, loop->session);
+    ngx_http_rlm_session_format_id(loop->session->id, loop->hex);
+
+    if (rmcf->trajectory_dir) {
+        meta = json_pack("{s:s%, s:s%, s:s%, s:I, s:I, s:I, s:s%, s:s%,"
+                         " s:I, s:s%}",
+                         "root_model", loop->root_model.data,
+                         loop->root_model.len,
+                         "sub_model", loop->sub_model.data,
+                         loop->sub_model.len,
+                         "provider", loop->provider->name.data,
+                         loop->provider->name.len,
+                         "max_depth", (json_int_t) loop->max_depth,
+                         "max_iterations", (json_int_t) loop->max_iterations,
+                         "depth", (json_int_t) 0,
+                         "completion_id", chat->id.data, chat->id.len,
+                         "session", loop->hex,
+                         (size_t) NGX_HTTP_RLM_ID_HEX,
+                         "created", (json_int_t) chat->created,
+                         "system_prompt", rclf->loop.system_prompt.data,
+                         rclf->loop.system_prompt.len);
+
+        if (meta) {
+            loop->trajectory = ngx_http_rlm_trajectory_open(r->pool,
+                                   r->connection->log,
+                                   &rmcf->trajectory_dir->name, loop->hex,
+                                   &chat->id, meta);
+            json_decref(meta);
+        }
+    }
+
+    if (chat->stream) {
+        if (ngx_http_rlm_chat_headers(chat, 1) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        chat->keepalive.handler = ngx_http_rlm_chat_keepalive;
+        chat->keepalive.data = chat;
+        chat->keepalive.log = r->connection->log;
+        ngx_add_timer(&chat->keepalive, NGX_HTTP_RLM_CHAT_KEEPALIVE);
+    }
+
+    if (ngx_http_rlm_loop_start(loop) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_rlm_chat_done(ngx_http_rlm_loop_t *loop)
+{
+    ngx_int_t             rc;
+    json_t               *ev;
+    ngx_http_request_t   *r;
+    ngx_http_rlm_chat_t  *chat = loop->data;
+
+    r = chat->request;
+
+    if (chat->keepalive.timer_set) {
+        ngx_del_timer(&chat->keepalive);
+    }
+
+    if (loop->error_status == 0) {
+        rc = ngx_http_rlm_chat_answer(chat);
+
+    } else if (!chat->header_sent) {
+        rc = ngx_http_rlm_chat_headers(chat, 0);
+
+        if (rc == NGX_OK) {
+            rc = ngx_http_rlm_send_error(r, loop->error_status,
+                                         loop->error_type, loop->error_code,
+                                         loop->error_message
+                                         ? (char *) loop->error_message
+                                         : "the completion failed");
+        }
+
+    } else {
+        ev = json_pack("{s:{s:s, s:s, s:s, s:n}}", "error",
+                       "message", loop->error_message
+                                  ? (char *) loop->error_message
+                                  : "the completion failed",
+                       "type", loop->error_type,
+                       "code", loop->error_code, "param");
+
+        rc = ngx_http_rlm_chat_send(chat, ev, NULL, 0);
+        json_decref(ev);
+
+        if (rc != NGX_ERROR) {
+            rc = ngx_http_rlm_chat_send(chat, NULL, NULL, 1);
+        }
+    }
+
+    ngx_http_rlm_finalize(r, rc);
+}
+
+
+static ngx_int_t
+ngx_http_rlm_chat_answer(ngx_http_rlm_chat_t *chat)
+{
+    json_t               *doc, *ev, *choice;
+    ngx_int_t             rc;
+    ngx_http_request_t   *r;
+    ngx_http_rlm_loop_t  *loop;
+
+    r = chat->request;
+    loop = &chat->loop;
+
+    if (!chat->stream) {
+        doc = json_pack("{s:s%, s:s, s:I, s:s%, s:[{s:i, s:{s:s, s:s%},"
+                        " s:s}], s:o, s:o}",
+                        "id", chat->id.data, chat->id.len,
+                        "object", "chat.completion",
+                        "created", (json_int_t) chat->created,
+                        "model", chat->model.data, chat->model.len,
+                        "choices", "index", 0, "message",
+                        "role", "assistant",
+                        "content", loop->answer.data, loop->answer.len,
+                        "finish_reason", loop->finish_reason,
+                        "usage", ngx_http_rlm_loop_usage(&chat->tree),
+                        "rlm", ngx_http_rlm_chat_extension(chat));
+        if (doc == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (ngx_http_rlm_chat_headers(chat, 0) != NGX_OK) {
+            json_decref(doc);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        rc = ngx_http_rlm_send_json_value(r, NGX_HTTP_OK, doc);
+        json_decref(doc);
+        return rc;
+    }
+
+    /* the answer, the finish reason, usage if asked, [DONE] */
+
+    ev = ngx_http_rlm_chat_chunk(chat);
+    if (ev == NULL) {
+        return NGX_ERROR;
+    }
+
+    choice = json_array_get(json_object_get(ev, "choices"), 0);
+    json_object_set_new(json_object_get(choice, "delta"), "content",
+                        json_stringn((char *) loop->answer.data,
+                                     loop->answer.len));
+
+    rc = ngx_http_rlm_chat_send(chat, ev, NULL, 0);
+    json_decref(ev);
+
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    ev = ngx_http_rlm_chat_chunk(chat);
+    if (ev == NULL) {
+        return NGX_ERROR;
+    }
+
+    choice = json_array_get(json_object_get(ev, "choices"), 0);
+    json_object_set_new(choice, "finish_reason",
+                        json_string(loop->finish_reason));
+    json_object_set_new(ev, "rlm", ngx_http_rlm_chat_extension(chat));
+
+    rc = ngx_http_rlm_chat_send(chat, ev, NULL, 0);
+    json_decref(ev);
+
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (chat->include_usage) {
+        ev = ngx_http_rlm_chat_chunk(chat);
+        if (ev == NULL) {
+            return NGX_ERROR;
+        }
+
+        json_object_set_new(ev, "choices", json_array());
+        json_object_set_new(ev, "usage",
+                            ngx_http_rlm_loop_usage(&chat->tree));
+
+        rc = ngx_http_rlm_chat_send(chat, ev, NULL, 0);
+        json_decref(ev);
+
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+    }
+
+    return ngx_http_rlm_chat_send(chat, NULL, NULL, 1);
+}
+
+
+/* the "rlm" field: session, turns, the limit hit, usage per model */
+
+static json_t *
+ngx_http_rlm_chat_extension(ngx_http_rlm_chat_t *chat)
+{
+    json_t               *o;
+    ngx_http_rlm_loop_t  *loop;
+
+    loop = &chat->loop;
+
+    o = json_pack("{s:s%, s:I, s:I, s:I, s:s?, s:O, s:I}",
+                  "session", loop->hex, (size_t) NGX_HTTP_RLM_ID_HEX,
+                  "turn", (json_int_t) loop->turn,
+                  "iterations", (json_int_t) loop->iterations,
+                  "cells", (json_int_t) loop->cells,
+                  "limit", loop->limit,
+                  "usage_by_model", chat->tree.models,
+                  "calls", (json_int_t) chat->tree.calls);
+
+    if (o && loop->limit == NULL) {
+        json_object_set_new(o, "limit", json_null());
+    }
+
+    return o ? o : json_null();
+}
+
+
+static json_t *
+ngx_http_rlm_chat_chunk(ngx_http_rlm_chat_t *chat)
+{
+    return json_pack("{s:s%, s:s, s:I, s:s%, s:[{s:i, s:{}, s:n}]}",
+                     "id", chat->id.data, chat->id.len,
+                     "object", "chat.completion.chunk",
+                     "created", (json_int_t) chat->created,
+                     "model", chat->model.data, chat->model.len,
+                     "choices", "index", 0, "delta", "finish_reason");
+}
+
+
+/*
+ * Response headers: the session id (and cookie when the client used
+ * one); for a stream, the status line and the first chunk go out now.
+ */
+
+static ngx_int_t
+ngx_http_rlm_chat_headers(ngx_http_rlm_chat_t *chat, ngx_uint_t stream)
+{
+    u_char              *cookie;
+    json_t              *ev, *choice;
+    ngx_int_t            rc;
+    ngx_http_request_t  *r;
+    ngx_http_rlm_ctx_t  *ctx;
+
+    r = chat->request;
+    ctx = ngx_http_rlm_get_ctx(r);
+
+    if (ctx && ctx->has_session) {
+        cookie = ngx_pnalloc(r->pool, NGX_HTTP_RLM_ID_HEX + 1);
+        if (cookie == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(cookie, ctx->session_id, NGX_HTTP_RLM_ID_HEX);
+        cookie[NGX_HTTP_RLM_ID_HEX] = '\0';
+
+        if (ngx_http_rlm_set_header(r, "X-RLM-Session-Id", (char *) cookie)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        if (chat->from_cookie) {
+            cookie = ngx_pnalloc(r->pool, sizeof("rlm_session=; Path=/; "
+                                                 "HttpOnly; SameSite=Strict")
+                                          + NGX_HTTP_RLM_ID_HEX);
+            if (cookie == NULL) {
+                return NGX_ERROR;
+            }
+
+            ngx_sprintf(cookie, "rlm_session=%*s; Path=/; HttpOnly; "
+                        "SameSite=Strict%Z", (size_t) NGX_HTTP_RLM_ID_HEX,
+                        ctx->session_id);
+
+            if (ngx_http_rlm_set_header(r, "Set-Cookie", (char *) cookie)
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    if (!stream) {
+        return NGX_OK;
+    }
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = -1;
+    ngx_str_set(&r->headers_out.content_type, "text/event-stream");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    if (ngx_http_rlm_set_header(r, "Cache-Control", "no-cache") != NGX_OK
+        || ngx_http_rlm_set_header(r, "X-Accel-Buffering", "no") != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    chat->header_sent = 1;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ev = ngx_http_rlm_chat_chunk(chat);
+    if (ev == NULL) {
+        return NGX_ERROR;
+    }
+
+    choice = json_array_get(json_object_get(ev, "choices"), 0);
+    json_object_set_new(json_object_get(choice, "delta"), "role",
+                        json_string("assistant"));
+    json_object_set_new(json_object_get(choice, "delta"), "content",
+                        json_string(""));
+
+    rc = ngx_http_rlm_chat_send(chat, ev, NULL, 0);
+    json_decref(ev);
+
+    return (rc == NGX_ERROR) ? NGX_ERROR : NGX_OK;
+}
+
+
+/* an SSE event ("data: JSON"), a comment (": text"), or [DONE] */
+
+static ngx_int_t
+ngx_http_rlm_chat_send(ngx_http_rlm_chat_t *chat, json_t *event,
+    const char *comment, ngx_uint_t last)
+{
+    char                *text;
+    size_t               len;
+    u_char              *p;
+    ngx_buf_t           *b;
+    ngx_chain_t          out;
+    ngx_http_request_t  *r;
+
+    r = chat->request;
+    text = NULL;
+
+    if (event) {
+        text = json_dumps(event, JSON_COMPACT);
+        if (text == NULL) {
+            return NGX_ERROR;
+        }
+
+        len = ngx_strlen(text);
+
+    } else if (comment) {
+        len = ngx_strlen(comment);
+
+    } else {
+        len = sizeof("[DONE]") - 1;
+    }
+
+    p = ngx_pnalloc(r->pool, len + sizeof("data: \n\n"));
+    b = ngx_calloc_buf(r->pool);
+
+    if (p == NULL || b == NULL) {
+        free(text);
+        return NGX_ERROR;
+    }
+
+    b->pos = p;
+
+    if (comment) {
+        p = ngx_cpymem(p, ": ", 2);
+        p = ngx_cpymem(p, comment, len);
+
+    } else {
+        p = ngx_cpymem(p, "data: ", 6);
+        p = ngx_cpymem(p, text ? text : "[DONE]", len);
+    }
+
+    *p++ = '\n';
+    *p++ = '\n';
+
+    b->last = p;
+    b->memory = 1;
+    b->flush = 1;
+
+    if (last) {
+        b->last_buf = (r == r->main) ? 1 : 0;
+        b->last_in_chain = 1;
+    }
+
+    free(text);
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+/* a progress comment while the loop works: ": rlm iteration 2" */
+
+static void
+ngx_http_rlm_chat_progress(ngx_http_rlm_loop_t *loop, const char *what)
+{
+    u_char                line[160];
+    ngx_http_rlm_chat_t  *chat = loop->data;
+
+    if (!chat->header_sent) {
+        return;
+    }
+
+    if (ngx_strcmp(what, "iteration") == 0) {
+        ngx_snprintf(line, sizeof(line) - 1, "rlm depth %ui iteration %ui%Z",
+                     loop->depth, loop->iterations + 1);
+
+    } else {
+        ngx_snprintf(line, sizeof(line) - 1, "rlm depth %ui %s%Z",
+                     loop->depth, what);
+    }
+
+    (void) ngx_http_rlm_chat_send(chat, NULL, (char *) line, 0);
+
+    if (chat->keepalive.timer_set) {
+        ngx_add_timer(&chat->keepalive, NGX_HTTP_RLM_CHAT_KEEPALIVE);
+    }
+}
+
+
+static void
+ngx_http_rlm_chat_keepalive(ngx_event_t *e)
+{
+    ngx_http_rlm_chat_t  *chat = e->data;
+
+    if (ngx_http_rlm_chat_send(chat, NULL, "keep-alive", 0) == NGX_ERROR) {
+        return;
+    }
+
+    ngx_add_timer(e, NGX_HTTP_RLM_CHAT_KEEPALIVE);
+}
+
+
+static void
+ngx_http_rlm_chat_cleanup(void *data)
+{
+    ngx_http_rlm_chat_t  *chat = data;
+
+    if (chat->keepalive.timer_set) {
+        ngx_del_timer(&chat->keepalive);
+    }
+
+    /*
+     * The loop's own cleanup, registered later, has run already and
+     * freed what it took; a loop that never started left them here.
+     */
+
+    json_decref(chat->loop.sampling);
+    json_decref(chat->loop.context);
+    json_decref(chat->tree.models);
+    json_decref(chat->tree.state);
+    chat->loop.sampling = NULL;
+    chat->loop.context = NULL;
+    chat->tree.models = NULL;
+    chat->tree.state = NULL;
+}
+
+
+static ngx_int_t
+ngx_http_rlm_chat_bad(ngx_http_rlm_chat_t *chat, const char *code,
+    const char *param, const char *message)
+{
+    ngx_log_error(NGX_LOG_INFO, chat->request->connection->log, 0,
+                  "rlm: bad completion request: %s", message);
+
+    return ngx_http_rlm_chat_answered(chat,
+               ngx_http_rlm_send_error_param(chat->request,
+                                             NGX_HTTP_BAD_REQUEST,
+                                             "invalid_request_error", code,
+                                             param, message));
+}
+
+
+/*
+ * An error answer went out: the result of sending it is kept for the
+ * finalization, and NGX_DECLINED tells the caller to stop.
+ */
+
+static ngx_int_t
+ngx_http_rlm_chat_answered(ngx_http_rlm_chat_t *chat, ngx_int_t rc)
+{
+    chat->rc = rc;
+
+    return NGX_DECLINED;
+}
+
+
+static ngx_str_t *
+ngx_http_rlm_chat_header(ngx_http_request_t *r, const char *name)
+{
+    size_t            len;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    len = ngx_strlen(name);
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return NULL;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len == len
+            && ngx_strncasecmp(h[i].key.data, (u_char *) name, len) == 0)
+        {
+            return &h[i].value;
+        }
+    }
+}

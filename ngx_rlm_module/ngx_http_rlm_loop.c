@@ -1,0 +1,1891 @@
+
+/*
+ * ngx_rlm: Recursive Language Models served by nginx.
+ *
+ * The per-completion state machine (see ngx_http_rlm_loop.h).  Every
+ * step that waits (the session's sandbox, a root call, a block, a
+ * variable read) ends in a callback; callbacks of sandbox work only post
+ * the loop's step event, so the machine never runs inside the eval code
+ * that called it.  Everything a loop holds is given back by a cleanup of
+ * the request's pool, however the request ends.
+ */
+
+
+#include "ngx_http_rlm_loop.h"
+#include "ngx_http_rlm_trajectory.h"
+
+
+#define NGX_HTTP_RLM_LOOP_OP_TIMEOUT   30000
+#define NGX_HTTP_RLM_LOOP_MARGIN       5000
+#define NGX_HTTP_RLM_QUERY_MAX         4000
+
+
+typedef struct ngx_http_rlm_subcall_s  ngx_http_rlm_subcall_t;
+
+/* one prompt of a sub-call: a model call or a child loop */
+typedef struct {
+    ngx_http_rlm_subcall_t     *subcall;
+    ngx_uint_t                  index;
+    ngx_http_rlm_llm_call_t     call;
+    ngx_http_rlm_loop_t        *child;
+    ngx_str_t                   prompt;
+    ngx_msec_t                  started;
+    unsigned                    running:1;
+} ngx_http_rlm_subitem_t;
+
+
+/* a "call" frame from a running block, until it is answered */
+struct ngx_http_rlm_subcall_s {
+    ngx_queue_t                 link;
+    ngx_http_rlm_loop_t        *loop;
+    ngx_http_rlm_eval_t        *ev;
+    json_t                     *id;
+    const char                 *fn;
+    ngx_str_t                   model;
+    ngx_uint_t                  n;
+    ngx_uint_t                  pending;
+    ngx_http_rlm_subitem_t     *items;
+    json_t                     *results;
+    unsigned                    batched:1;
+};
+
+
+static void ngx_http_rlm_loop_cleanup(void *data);
+static void ngx_http_rlm_loop_post(ngx_http_rlm_loop_t *loop);
+static void ngx_http_rlm_loop_step_handler(ngx_event_t *e);
+static void ngx_http_rlm_loop_deadline_handler(ngx_event_t *e);
+static void ngx_http_rlm_loop_opened(ngx_http_rlm_open_t *op);
+static ngx_int_t ngx_http_rlm_loop_prepare(ngx_http_rlm_loop_t *loop);
+static ngx_int_t ngx_http_rlm_loop_sandbox(ngx_http_rlm_loop_t *loop,
+    json_t *frame, u_char *blob, size_t blob_len, ngx_msec_t timeout);
+static void ngx_http_rlm_loop_eval_done(ngx_http_rlm_eval_t *ev,
+    ngx_int_t rc);
+static json_t *ngx_http_rlm_loop_take_result(ngx_http_rlm_loop_t *loop);
+static ngx_int_t ngx_http_rlm_loop_iterate(ngx_http_rlm_loop_t *loop);
+static ngx_int_t ngx_http_rlm_loop_root_call(ngx_http_rlm_loop_t *loop);
+static void ngx_http_rlm_loop_root_done(ngx_http_rlm_llm_call_t *call);
+static ngx_int_t ngx_http_rlm_loop_response(ngx_http_rlm_loop_t *loop);
+static ngx_int_t ngx_http_rlm_loop_run_block(ngx_http_rlm_loop_t *loop);
+static ngx_int_t ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop);
+static ngx_int_t ngx_http_rlm_loop_final_var_done(ngx_http_rlm_loop_t *loop);
+static ngx_int_t ngx_http_rlm_loop_next_turn(ngx_http_rlm_loop_t *loop);
+static void ngx_http_rlm_loop_record(ngx_http_rlm_loop_t *loop,
+    ngx_str_t *final);
+static ngx_int_t ngx_http_rlm_loop_finish(ngx_http_rlm_loop_t *loop,
+    ngx_str_t *answer, const char *limit);
+static void ngx_http_rlm_loop_fail(ngx_http_rlm_loop_t *loop,
+    ngx_uint_t status, const char *type, const char *code,
+    const char *message);
+static void ngx_http_rlm_loop_end(ngx_http_rlm_loop_t *loop);
+static void ngx_http_rlm_loop_count(ngx_http_rlm_loop_t *loop,
+    ngx_http_rlm_llm_call_t *call);
+static ngx_msec_t ngx_http_rlm_loop_remaining(ngx_http_rlm_loop_t *loop);
+static void ngx_http_rlm_loop_merge_state(ngx_http_rlm_tree_t *tree,
+    json_t *delta);
+static ngx_int_t ngx_http_rlm_loop_str(ngx_http_rlm_loop_t *loop,
+    ngx_str_t *dst, const char *src, size_t len);
+
+static ngx_int_t ngx_http_rlm_loop_call(ngx_http_rlm_eval_t *ev,
+    json_t *call);
+static ngx_int_t ngx_http_rlm_subcall_start_item(ngx_http_rlm_subcall_t *sc,
+    ngx_http_rlm_subitem_t *it, ngx_uint_t child);
+static void ngx_http_rlm_subcall_llm_done(ngx_http_rlm_llm_call_t *call);
+static void ngx_http_rlm_subcall_child_done(ngx_http_rlm_loop_t *child);
+static void ngx_http_rlm_subcall_item_done(ngx_http_rlm_subitem_t *it,
+    ngx_uint_t ok, ngx_str_t *text, ngx_http_rlm_llm_call_t *call);
+static void ngx_http_rlm_subcall_answer(ngx_http_rlm_subcall_t *sc);
+static void ngx_http_rlm_subcall_cancel(ngx_http_rlm_subcall_t *sc);
+static ngx_int_t ngx_http_rlm_subcall_refuse(ngx_http_rlm_eval_t *ev,
+    json_t *id, const char *message);
+
+
+ngx_int_t
+ngx_http_rlm_loop_start(ngx_http_rlm_loop_t *loop)
+{
+    u_char               id[NGX_HTTP_RLM_ID_BYTES];
+    ngx_int_t            rc;
+    ngx_msec_t           left;
+    ngx_pool_cleanup_t  *cln;
+
+    loop->pool = loop->request->pool;
+    loop->log = loop->request->connection->log;
+
+    ngx_queue_init(&loop->subcalls);
+    ngx_queue_init(&loop->children);
+
+    loop->step.handler = ngx_http_rlm_loop_step_handler;
+    loop->step.data = loop;
+    loop->step.log = loop->log;
+
+    loop->messages = json_array();
+    loop->feedback = json_array();
+    if (loop->messages == NULL || loop->feedback == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln = ngx_pool_cleanup_add(loop->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_rlm_loop_cleanup;
+    cln->data = loop;
+
+    loop->tree->loops++;
+
+    if (loop->parent == NULL) {
+        left = ngx_http_rlm_loop_remaining(loop);
+
+        loop->deadline.handler = ngx_http_rlm_loop_deadline_handler;
+        loop->deadline.data = loop;
+        loop->deadline.log = loop->log;
+        ngx_add_timer(&loop->deadline, left ? left : 1);
+    }
+
+    if (loop->session) {
+        ngx_http_rlm_session_format_id(loop->session->id, loop->hex);
+        loop->state = NGX_HTTP_RLM_LOOP_PREPARE;
+        ngx_http_rlm_loop_post(loop);
+        return NGX_OK;
+    }
+
+    /* a child loop: a sandbox of its own from the pool */
+
+    if (ngx_http_rlm_session_random_id(id, loop->log) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    loop->state = NGX_HTTP_RLM_LOOP_OPEN;
+    loop->open.handler = ngx_http_rlm_loop_opened;
+    loop->open.data = loop;
+
+    rc = ngx_http_rlm_session_open(&loop->open, loop->pool, id,
+                                   &loop->tree->owner);
+
+    if (rc != NGX_AGAIN) {
+        ngx_http_rlm_loop_fail(loop, NGX_HTTP_SERVICE_UNAVAILABLE,
+                               "server_error",
+                               loop->open.code ? loop->open.code
+                                               : "internal_error",
+                               loop->open.message
+                               ? loop->open.message
+                               : "no sandbox for the child RLM");
+        return NGX_OK;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_rlm_loop_opened(ngx_http_rlm_open_t *op)
+{
+    ngx_http_rlm_loop_t  *loop = op->data;
+
+    if (op->session == NULL) {
+        ngx_http_rlm_loop_fail(loop, op->status, "server_error",
+                               op->code ? op->code : "internal_error",
+                               op->message ? op->message
+                                           : "no sandbox for the child RLM");
+        return;
+    }
+
+    loop->session = op->session;
+    loop->own_session = 1;
+    ngx_memcpy(loop->hex, op->hex, NGX_HTTP_RLM_ID_HEX);
+
+    loop->state = NGX_HTTP_RLM_LOOP_PREPARE;
+    ngx_http_rlm_loop_post(loop);
+}
+
+
+/* stops everything the loop runs; its done() is not called */
+
+void
+ngx_http_rlm_loop_cancel(ngx_http_rlm_loop_t *loop)
+{
+    ngx_queue_t             *q;
+    ngx_http_rlm_subcall_t  *sc;
+
+    if (loop->finished && loop->state == NGX_HTTP_RLM_LOOP_DONE
+        && loop->session == NULL)
+    {
+        return;
+    }
+
+    loop->finished = 1;
+    loop->state = NGX_HTTP_RLM_LOOP_DONE;
+
+    if (loop->step.posted) {
+        ngx_delete_posted_event(&loop->step);
+    }
+
+    if (loop->deadline.timer_set) {
+        ngx_del_timer(&loop->deadline);
+    }
+
+    if (loop->open.pending) {
+        loop->open.pending->caller = NULL;
+        loop->open.pending = NULL;
+    }
+
+    if (loop->call_running) {
+        loop->call_running = 0;
+        ngx_http_rlm_llm_cancel(&loop->call);
+    }
+
+    while (!ngx_queue_empty(&loop->subcalls)) {
+        q = ngx_queue_head(&loop->subcalls);
+        sc = ngx_queue_data(q, ngx_http_rlm_subcall_t, link);
+        ngx_http_rlm_subcall_cancel(sc);
+    }
+
+    if (loop->cell) {
+        ngx_http_rlm_eval_cancel(loop->cell);
+        loop->cell = NULL;
+    }
+
+    ngx_http_rlm_loop_end(loop);
+}
+
+
+static void
+ngx_http_rlm_loop_cleanup(void *data)
+{
+    ngx_http_rlm_loop_t  *loop = data;
+
+    ngx_http_rlm_loop_cancel(loop);
+
+    json_decref(loop->messages);
+    json_decref(loop->feedback);
+    json_decref(loop->record);
+    json_decref(loop->block_calls);
+    json_decref(loop->context);
+    json_decref(loop->history);
+    json_decref(loop->sampling);
+
+    loop->messages = NULL;
+    loop->feedback = NULL;
+    loop->record = NULL;
+    loop->block_calls = NULL;
+    loop->context = NULL;
+    loop->history = NULL;
+    loop->sampling = NULL;
+}
+
+
+/* gives back the session of a child and the tree's count */
+
+static void
+ngx_http_rlm_loop_end(ngx_http_rlm_loop_t *loop)
+{
+    u_char                sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
+    ngx_http_rlm_zone_t  *z;
+
+    if (loop->session == NULL) {
+        return;
+    }
+
+    z = ngx_http_rlm_zone();
+
+    if (loop->own_session) {
+        if (ngx_http_rlm_session_delete(z, loop->session, sandbox)
+            == NGX_OK)
+        {
+            (void) ngx_atomic_fetch_add(&z->sh->stats.sessions_deleted, 1);
+            ngx_http_rlm_control_release(ngx_cycle->log, sandbox);
+        }
+
+        loop->own_session = 0;
+    }
+
+    ngx_http_rlm_session_put(z, loop->session);
+    loop->session = NULL;
+
+    if (loop->tree->loops) {
+        loop->tree->loops--;
+    }
+}
+
+
+static void
+ngx_http_rlm_loop_post(ngx_http_rlm_loop_t *loop)
+{
+    if (!loop->step.posted) {
+        ngx_post_event(&loop->step, &ngx_posted_events);
+    }
+}
+
+
+static void
+ngx_http_rlm_loop_deadline_handler(ngx_event_t *e)
+{
+    ngx_str_t             best;
+    ngx_http_rlm_loop_t  *loop = e->data;
+
+    if (loop->finished) {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, loop->log, 0,
+                  "rlm: completion deadline reached after %ui iterations",
+                  loop->iterations);
+
+    /* stop what runs, answer with the best text so far */
+
+    if (loop->call_running) {
+        loop->call_running = 0;
+        ngx_http_rlm_llm_cancel(&loop->call);
+    }
+
+    while (!ngx_queue_empty(&loop->subcalls)) {
+        ngx_http_rlm_subcall_cancel(
+            ngx_queue_data(ngx_queue_head(&loop->subcalls),
+                           ngx_http_rlm_subcall_t, link));
+    }
+
+    if (loop->cell) {
+        ngx_http_rlm_eval_cancel(loop->cell);
+        loop->cell = NULL;
+    }
+
+    best = loop->best;
+
+    (void) ngx_http_rlm_loop_finish(loop, &best, "timeout");
+}
+
+
+/*
+ * The machine's one entry for sandbox outcomes: the state says what the
+ * finished work was.
+ */
+
+static void
+ngx_http_rlm_loop_step_handler(ngx_event_t *e)
+{
+    ngx_int_t             rc;
+    ngx_connection_t     *c;
+    ngx_http_rlm_loop_t  *loop = e->data;
+
+    c = loop->request->connection;
+
+    ngx_http_rlm_enter_handler();
+
+    switch (loop->state) {
+
+    case NGX_HTTP_RLM_LOOP_PREPARE:
+        rc = ngx_http_rlm_loop_prepare(loop);
+        break;
+
+    case NGX_HTTP_RLM_LOOP_CELL:
+        rc = ngx_http_rlm_loop_block_done(loop);
+        break;
+
+    case NGX_HTTP_RLM_LOOP_FINAL_VAR:
+        rc = ngx_http_rlm_loop_final_var_done(loop);
+        break;
+
+    case NGX_HTTP_RLM_LOOP_HISTORY:
+        json_decref(ngx_http_rlm_loop_take_result(loop));
+        loop->state = NGX_HTTP_RLM_LOOP_DONE;
+        ngx_http_rlm_loop_end(loop);
+        loop->done(loop);
+        rc = NGX_OK;
+        break;
+
+    default:
+        rc = NGX_OK;
+        break;
+    }
+
+    if (rc == NGX_ERROR) {
+        ngx_log_error(NGX_LOG_ERR, loop->log, 0,
+                      "rlm: completion failed in state %d",
+                      (int) loop->state);
+        ngx_http_rlm_loop_fail(loop, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                               "server_error", "internal_error",
+                               "the completion failed inside the server");
+    }
+
+    ngx_http_rlm_leave_handler();
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * Before the first turn: the shared state (children), the context under
+ * its name, `context_0` as an alias in the first turn of a session, and
+ * the answer dict set back to not ready.
+ */
+
+static ngx_int_t
+ngx_http_rlm_loop_prepare(ngx_http_rlm_loop_t *loop)
+{
+    char                *text;
+    u_char               name[32];
+    json_t              *frame, *res;
+    ngx_uint_t           step;
+    ngx_pool_cleanup_t  *cln;
+
+    res = ngx_http_rlm_loop_take_result(loop);
+
+    if (loop->prepare_step > 0 && res == NULL) {
+        /* the sandbox is gone, or the queue is full */
+        ngx_http_rlm_loop_fail(loop, loop->eval_rc >= 400
+                                     ? (ngx_uint_t) loop->eval_rc
+                                     : NGX_HTTP_BAD_GATEWAY,
+                               "server_error", "sandbox_error",
+                               "the session's sandbox could not take the "
+                               "context");
+        return NGX_OK;
+    }
+
+    if (res && json_object_get(res, "status")
+        && ngx_strcmp(json_string_value(json_object_get(res, "status")),
+                      "ok") != 0)
+    {
+        json_decref(res);
+        ngx_http_rlm_loop_fail(loop, NGX_HTTP_BAD_GATEWAY, "server_error",
+                               "sandbox_lost",
+                               "the session's sandbox is gone; start a "
+                               "new session");
+        return NGX_OK;
+    }
+
+    json_decref(res);
+
+    for ( ;; ) {
+        step = loop->prepare_step++;
+
+        switch (step) {
+
+        case 0:
+            if (loop->parent == NULL
+                || json_object_size(loop->tree->state) == 0)
+            {
+                continue;
+            }
+
+            frame = json_pack("{s:s, s:O, s:[]}", "op", "state_update",
+                              "state", loop->tree->state, "deleted");
+            return ngx_http_rlm_loop_sandbox(loop, frame, NULL, 0,
+                                             NGX_HTTP_RLM_LOOP_OP_TIMEOUT);
+
+        case 1:
+            if (loop->turn == 0) {
+                ngx_sprintf(name, "context%Z");
+
+            } else {
+                ngx_sprintf(name, "context_%uL%Z", loop->turn);
+            }
+
+            if (json_is_string(loop->context)) {
+                frame = json_pack("{s:s, s:s, s:s}", "op", "load_context",
+                                  "name", (char *) name, "format", "text");
+                if (frame == NULL) {
+                    return NGX_ERROR;
+                }
+
+                return ngx_http_rlm_loop_sandbox(loop, frame,
+                           (u_char *) json_string_value(loop->context),
+                           json_string_length(loop->context),
+                           NGX_HTTP_RLM_LOOP_OP_TIMEOUT);
+            }
+
+            text = json_dumps(loop->context, JSON_COMPACT|JSON_ENCODE_ANY);
+            if (text == NULL) {
+                return NGX_ERROR;
+            }
+
+            /* the frame's chain points into text until it is sent */
+
+            cln = ngx_pool_cleanup_add(loop->pool, 0);
+            if (cln == NULL) {
+                free(text);
+                return NGX_ERROR;
+            }
+
+            cln->handler = free;
+            cln->data = text;
+
+            frame = json_pack("{s:s, s:s, s:s}", "op", "load_context",
+                              "name", (char *) name, "format", "json");
+
+            return ngx_http_rlm_loop_sandbox(loop, frame, (u_char *) text,
+                                             ngx_strlen(text),
+                                             NGX_HTTP_RLM_LOOP_OP_TIMEOUT);
+        case 2:
+            if (loop->parent) {
+                continue;
+            }
+
+            /*
+             * An answer left ready by an earlier completion (or cell) of
+             * the session would hide this one's: set it back.
+             */
+
+            frame = json_pack("{s:s, s:s, s:I}", "op", "exec",
+                              "code", loop->turn
+                                      ? "answer.update(content='', "
+                                        "ready=False)"
+                                      : "context_0 = context\n"
+                                        "answer.update(content='', "
+                                        "ready=False)",
+                              "timeout_ms",
+                              (json_int_t) NGX_HTTP_RLM_LOOP_OP_TIMEOUT);
+            return ngx_http_rlm_loop_sandbox(loop, frame, NULL, 0,
+                                             NGX_HTTP_RLM_LOOP_OP_TIMEOUT);
+
+        default:
+            break;
+        }
+
+        break;
+    }
+
+    /* the first turn */
+
+    if (json_array_append_new(loop->messages,
+            json_pack("{s:s, s:s%}", "role", "system", "content",
+                      loop->conf->system_prompt.data,
+                      loop->conf->system_prompt.len))
+        != 0
+        || json_array_append_new(loop->messages,
+                                 ngx_http_rlm_prompt_first(loop))
+           != 0)
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_rlm_loop_iterate(loop);
+}
+
+
+/* a cell, context load or variable read on the loop's session */
+
+static ngx_int_t
+ngx_http_rlm_loop_sandbox(ngx_http_rlm_loop_t *loop, json_t *frame,
+    u_char *blob, size_t blob_len, ngx_msec_t timeout)
+{
+    ngx_buf_t            *b;
+    ngx_chain_t          *cl;
+    ngx_http_rlm_eval_t  *ev;
+
+    if (frame == NULL) {
+        return NGX_ERROR;
+    }
+
+    ev = ngx_pcalloc(loop->pool, sizeof(ngx_http_rlm_eval_t));
+    if (ev == NULL) {
+        json_decref(frame);
+        return NGX_ERROR;
+    }
+
+    if (blob_len) {
+        b = ngx_calloc_buf(loop->pool);
+        cl = ngx_alloc_chain_link(loop->pool);
+        if (b == NULL || cl == NULL) {
+            json_decref(frame);
+            return NGX_ERROR;
+        }
+
+        b->pos = blob;
+        b->last = blob + blob_len;
+        b->memory = 1;
+        cl->buf = b;
+        cl->next = NULL;
+
+        ev->blob = cl;
+        ev->blob_len = blob_len;
+        ev->context = 1;
+    }
+
+    ev->request = loop->request;
+    ev->zone = ngx_http_rlm_zone();
+    ev->session = loop->session;
+    ev->frame = frame;
+    ev->timeout = timeout;
+    ev->done = ngx_http_rlm_loop_eval_done;
+    ev->call_handler = ngx_http_rlm_loop_call;
+    ev->engine_data = loop;
+
+    loop->cell = ev;
+
+    return ngx_http_rlm_eval_start(ev);
+}
+
+
+static void
+ngx_http_rlm_loop_eval_done(ngx_http_rlm_eval_t *ev, ngx_int_t rc)
+{
+    ngx_http_rlm_loop_t  *loop = ev->engine_data;
+
+    if (loop->cell != ev) {
+        return;
+    }
+
+    loop->eval_rc = rc;
+    ngx_http_rlm_loop_post(loop);
+}
+
+
+/* the finished sandbox work's result (the caller's to free), or NULL */
+
+static json_t *
+ngx_http_rlm_loop_take_result(ngx_http_rlm_loop_t *loop)
+{
+    json_t               *res;
+    ngx_http_rlm_eval_t  *ev;
+
+    ev = loop->cell;
+    if (ev == NULL) {
+        return NULL;
+    }
+
+    loop->cell = NULL;
+
+    /* the sandbox's own result: FINAL_VAR needs its "value" */
+    res = ev->result ? json_incref(ev->result) : NULL;
+
+    ngx_http_rlm_eval_cancel(ev);
+
+    return res;
+}
+
+
+/* a new turn: out of turns, one last plain call */
+
+static ngx_int_t
+ngx_http_rlm_loop_iterate(ngx_http_rlm_loop_t *loop)
+{
+    if (loop->iterations >= loop->max_iterations) {
+        if (json_array_append_new(loop->messages,
+                                  ngx_http_rlm_prompt_last(loop)) != 0)
+        {
+            return NGX_ERROR;
+        }
+
+        loop->state = NGX_HTTP_RLM_LOOP_LAST;
+
+    } else {
+        loop->state = NGX_HTTP_RLM_LOOP_ROOT;
+    }
+
+    if (loop->progress) {
+        loop->progress(loop, loop->state == NGX_HTTP_RLM_LOOP_LAST
+                             ? "last call" : "iteration");
+    }
+
+    loop->iteration_start = ngx_current_msec;
+
+    return ngx_http_rlm_loop_root_call(loop);
+}
+
+
+static ngx_int_t
+ngx_http_rlm_loop_root_call(ngx_http_rlm_loop_t *loop)
+{
+    json_t      *req;
+    ngx_int_t    rc;
+    const char  *k;
+    json_t      *v;
+
+    req = json_object();
+    if (req == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (loop->sampling) {
+        json_object_foreach(loop->sampling, k, v) {
+            json_object_set(req, k, v);
+        }
+    }
+
+    if (loop->root_model.len) {
+        json_object_set_new(req, "model",
+                            json_stringn((char *) loop->root_model.data,
+                                         loop->root_model.len));
+    }
+
+    json_object_set(req, "messages", loop->messages);
+
+    ngx_memzero(&loop->call, sizeof(ngx_http_rlm_llm_call_t));
+
+    loop->call.provider = loop->provider;
+    loop->call.group = &loop->tree->group;
+    loop->call.pool = loop->pool;
+    loop->call.log = loop->log;
+    loop->call.deadline = loop->tree->deadline;
+    loop->call.done = ngx_http_rlm_loop_root_done;
+    loop->call.data = loop;
+
+    loop->call_running = 1;
+
+    rc = ngx_http_rlm_llm_start(&loop->call, req);
+
+    json_decref(req);
+
+    if (rc != NGX_OK) {
+        loop->call_running = 0;
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_rlm_loop_root_done(ngx_http_rlm_llm_call_t *call)
+{
+    ngx_int_t             rc;
+    ngx_uint_t            status;
+    ngx_connection_t     *c;
+    ngx_http_rlm_loop_t  *loop = call->data;
+
+    loop->call_running = 0;
+    c = loop->request->connection;
+
+    ngx_http_rlm_enter_handler();
+
+    ngx_http_rlm_loop_count(loop, call);
+
+    if (call->error != NGX_HTTP_RLM_LLM_OK) {
+
+        if (ngx_http_rlm_loop_remaining(loop) == 0) {
+            rc = ngx_http_rlm_loop_finish(loop, &loop->best, "timeout");
+
+        } else {
+            status = (call->error == NGX_HTTP_RLM_LLM_ERR_TIMEOUT)
+                     ? NGX_HTTP_GATEWAY_TIME_OUT : NGX_HTTP_BAD_GATEWAY;
+
+            ngx_log_error(NGX_LOG_ERR, loop->log, 0,
+                          "rlm: root model call failed: %s: %V",
+                          ngx_http_rlm_llm_error_name(call->error),
+                          &call->message);
+
+            ngx_http_rlm_loop_fail(loop, status, "upstream_error",
+                                   ngx_http_rlm_llm_error_name(call->error),
+                                   (char *) call->message.data);
+            rc = NGX_OK;
+        }
+
+    } else if (loop->state == NGX_HTTP_RLM_LOOP_LAST) {
+        loop->iterations++;
+
+        /* the plain call is one more line of the trajectory */
+        json_decref(loop->record);
+        loop->record = json_pack("{s:I, s:O, s:s%, s:[]}",
+                                 "iteration", (json_int_t) loop->iterations,
+                                 "prompt", loop->messages,
+                                 "response", (char *) call->content.data,
+                                 call->content.len, "code_blocks");
+
+        rc = ngx_http_rlm_loop_finish(loop, &call->content,
+                                      "max_iterations");
+
+    } else {
+        rc = ngx_http_rlm_loop_response(loop);
+    }
+
+    if (rc == NGX_ERROR) {
+        ngx_log_error(NGX_LOG_ERR, loop->log, 0,
+                      "rlm: completion failed in state %d",
+                      (int) loop->state);
+        ngx_http_rlm_loop_fail(loop, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                               "server_error", "internal_error",
+                               "the completion failed inside the server");
+    }
+
+    ngx_http_rlm_leave_handler();
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* the root model answered a turn: run its blocks, or see if it is done */
+
+static ngx_int_t
+ngx_http_rlm_loop_response(ngx_http_rlm_loop_t *loop)
+{
+    u_char      name[128];
+    json_t     *frame;
+    ngx_str_t  *text, value;
+
+    text = &loop->call.content;
+
+    if (ngx_http_rlm_loop_str(loop, &loop->response, (char *) text->data,
+                              text->len)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    loop->iterations++;
+
+    if (json_array_append_new(loop->messages,
+            json_pack("{s:s, s:s%}", "role", "assistant", "content",
+                      (char *) loop->response.data, loop->response.len))
+        != 0)
+    {
+        return NGX_ERROR;
+    }
+
+    loop->best = loop->response;
+
+    json_decref(loop->record);
+    loop->record = json_pack("{s:I, s:O, s:s%, s:[]}",
+                             "iteration", (json_int_t) loop->iterations,
+                             "prompt", loop->messages,
+                             "response", (char *) loop->response.data,
+                             loop->response.len, "code_blocks");
+
+    /* the prompt is what was sent: without the answer just appended */
+    if (loop->record) {
+        json_t  *prompt = json_object_get(loop->record, "prompt");
+
+        json_object_set_new(loop->record, "prompt",
+                            json_array_get(prompt, 0) ? json_deep_copy(prompt)
+                                                      : json_array());
+        prompt = json_object_get(loop->record, "prompt");
+        json_array_remove(prompt, json_array_size(prompt) - 1);
+    }
+
+    if (loop->tree->max_tokens
+        && loop->tree->completion_tokens >= loop->tree->max_tokens)
+    {
+        return ngx_http_rlm_loop_finish(loop, &loop->best, "max_tokens");
+    }
+
+    ngx_http_rlm_parse_response(loop->response.data, loop->response.len,
+                                &loop->parsed);
+
+    json_array_clear(loop->feedback);
+
+    if (loop->parsed.nblocks) {
+        loop->block = 0;
+        return ngx_http_rlm_loop_run_block(loop);
+    }
+
+    if (loop->parsed.unterminated) {
+        json_array_append_new(loop->feedback, json_string(
+            "Your ```repl block was not closed with ``` (the response may "
+            "have been cut off), so nothing ran. Write shorter blocks and "
+            "close every one."));
+        return ngx_http_rlm_loop_next_turn(loop);
+    }
+
+    if (loop->conf->final_markers
+        && loop->parsed.final == NGX_HTTP_RLM_FINAL_TEXT)
+    {
+        value.data = (u_char *) loop->parsed.final_value.data;
+        value.len = loop->parsed.final_value.len;
+
+        while (value.len && (value.data[0] == ' ' || value.data[0] == '\n'
+                             || value.data[0] == '\r'
+                             || value.data[0] == '\t'))
+        {
+            value.data++;
+            value.len--;
+        }
+
+        while (value.len && (value.data[value.len - 1] == ' '
+                             || value.data[value.len - 1] == '\n'
+                             || value.data[value.len - 1] == '\r'
+                             || value.data[value.len - 1] == '\t'))
+        {
+            value.len--;
+        }
+
+        return ngx_http_rlm_loop_finish(loop, &value, NULL);
+    }
+
+    if (loop->conf->final_markers
+        && loop->parsed.final == NGX_HTTP_RLM_FINAL_VAR
+        && loop->parsed.final_value.len < sizeof(name))
+    {
+        ngx_memcpy(name, loop->parsed.final_value.data,
+                   loop->parsed.final_value.len);
+        name[loop->parsed.final_value.len] = '\0';
+
+        loop->state = NGX_HTTP_RLM_LOOP_FINAL_VAR;
+
+        frame = json_pack("{s:s, s:s}", "op", "get_var",
+                          "name", (char *) name);
+
+        return ngx_http_rlm_loop_sandbox(loop, frame, NULL, 0,
+                                         NGX_HTTP_RLM_LOOP_OP_TIMEOUT);
+    }
+
+    json_array_append_new(loop->feedback, json_string(
+        "You wrote no ```repl block, so nothing ran. Write code in a "
+        "```repl block to make progress, and set answer[\"content\"] and "
+        "answer[\"ready\"] = True when you are done."));
+
+    return ngx_http_rlm_loop_next_turn(loop);
+}
+
+
+static ngx_int_t
+ngx_http_rlm_loop_run_block(ngx_http_rlm_loop_t *loop)
+{
+    json_t                    *frame;
+    ngx_msec_t                 wall, left;
+    ngx_http_rlm_slice_t      *b;
+    ngx_http_rlm_main_conf_t  *rmcf;
+
+    rmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_rlm_module);
+
+    b = &loop->parsed.blocks[loop->block];
+
+    wall = rmcf->cell_timeout;
+    left = ngx_http_rlm_loop_remaining(loop);
+
+    if (left && left < wall) {
+        wall = left;
+    }
+
+    json_decref(loop->block_calls);
+    loop->block_calls = json_array();
+
+    loop->state = NGX_HTTP_RLM_LOOP_CELL;
+
+    frame = json_pack("{s:s, s:s%, s:I}", "op", "exec",
+                      "code", (char *) b->data, b->len,
+                      "timeout_ms", (json_int_t) wall);
+
+    return ngx_http_rlm_loop_sandbox(loop, frame, NULL, 0,
+                                     wall + NGX_HTTP_RLM_LOOP_MARGIN);
+}
+
+
+static ngx_int_t
+ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
+{
+    char                  what[96];
+    json_t               *res, *answer, *out, *rec, *content;
+    ngx_str_t             text;
+    const char           *status;
+    ngx_http_rlm_eval_t  *ev;
+    ngx_queue_t          *q;
+
+    ev = loop->cell;
+
+    /* calls of the block that were not answered die with it */
+
+    for (q = ngx_queue_head(&loop->subcalls);
+         q != ngx_queue_sentinel(&loop->subcalls);
+         /* void */)
+    {
+        ngx_http_rlm_subcall_t  *sc;
+
+        sc = ngx_queue_data(q, ngx_http_rlm_subcall_t, link);
+        q = ngx_queue_next(q);
+
+        if (sc->ev == ev) {
+            ngx_http_rlm_subcall_cancel(sc);
+        }
+    }
+
+    res = ngx_http_rlm_loop_take_result(loop);
+
+    if (res == NULL) {
+        res = json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:f}",
+                        "status", "crashed", "stdout", "", "stderr", "",
+                        "error", "ename", "SandboxError",
+                        "evalue", ev->err_message
+                                  ? (char *) ev->err_message
+                                  : "the sandbox did not return a result",
+                        "traceback", "", "duration_ms", 0.0);
+        if (res == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    loop->cells++;
+
+    status = json_string_value(json_object_get(res, "status"));
+    if (status == NULL) {
+        status = "error";
+    }
+
+    if (ngx_strcmp(status, "ok") == 0) {
+        loop->error_cells = 0;
+
+    } else {
+        loop->error_cells++;
+    }
+
+    ngx_http_rlm_loop_merge_state(loop->tree,
+                                  json_object_get(res, "state_delta"));
+
+    out = ngx_http_rlm_prompt_block_output(loop, loop->block + 1, res);
+    if (out == NULL) {
+        json_decref(res);
+        return NGX_ERROR;
+    }
+
+    json_array_append_new(loop->feedback, out);
+
+    if (loop->record) {
+        rec = json_pack("{s:s%, s:{s:s, s:O, s:O, s:O, s:f, s:O}}",
+                        "code",
+                        (char *) loop->parsed.blocks[loop->block].data,
+                        loop->parsed.blocks[loop->block].len,
+                        "result", "status", status,
+                        "stdout", json_object_get(res, "stdout")
+                                  ? json_object_get(res, "stdout")
+                                  : json_string(""),
+                        "stderr", json_object_get(res, "stderr")
+                                  ? json_object_get(res, "stderr")
+                                  : json_string(""),
+                        "error", json_object_get(res, "error")
+                                 ? json_object_get(res, "error")
+                                 : json_null(),
+                        "execution_time",
+                        json_number_value(json_object_get(res,
+                                                          "duration_ms"))
+                        / 1000.0,
+                        "rlm_calls", loop->block_calls);
+        if (rec) {
+            json_array_append_new(json_object_get(loop->record,
+                                                  "code_blocks"), rec);
+        }
+    }
+
+    if (loop->progress) {
+        ngx_snprintf((u_char *) what, sizeof(what) - 1,
+                     "cell %ui.%ui %s %.1f ms%Z", loop->iterations,
+                     loop->block + 1, status,
+                     json_number_value(json_object_get(res, "duration_ms")));
+        loop->progress(loop, what);
+    }
+
+    answer = json_object_get(res, "answer");
+
+    if (json_is_object(answer)
+        && json_is_true(json_object_get(answer, "ready")))
+    {
+        content = json_object_get(answer, "content");
+
+        if (json_is_string(content)) {
+            if (ngx_http_rlm_loop_str(loop, &text,
+                                      json_string_value(content),
+                                      json_string_length(content))
+                != NGX_OK)
+            {
+                json_decref(res);
+                return NGX_ERROR;
+            }
+
+        } else {
+            ngx_str_set(&text, "");
+        }
+
+        json_decref(res);
+
+        return ngx_http_rlm_loop_finish(loop, &text, NULL);
+    }
+
+    json_decref(res);
+
+    if (loop->error_cells >= loop->conf->max_error_cells) {
+        return ngx_http_rlm_loop_finish(loop, &loop->best, "max_error_cells");
+    }
+
+    if (ngx_http_rlm_loop_remaining(loop) == 0) {
+        return ngx_http_rlm_loop_finish(loop, &loop->best, "timeout");
+    }
+
+    if (++loop->block < loop->parsed.nblocks) {
+        return ngx_http_rlm_loop_run_block(loop);
+    }
+
+    if (loop->parsed.dropped) {
+        json_array_append_new(loop->feedback, json_string(
+            "Only the first 64 ```repl blocks of your response ran."));
+    }
+
+    return ngx_http_rlm_loop_next_turn(loop);
+}
+
+
+static ngx_int_t
+ngx_http_rlm_loop_final_var_done(ngx_http_rlm_loop_t *loop)
+{
+    char        msg[256];
+    json_t     *res;
+    ngx_int_t   rc;
+    ngx_str_t   text;
+    const char  *status;
+
+    res = ngx_http_rlm_loop_take_result(loop);
+
+    status = res ? json_string_value(json_object_get(res, "status")) : NULL;
+
+    if (status && ngx_strcmp(status, "ok") == 0
+        && json_is_string(json_object_get(res, "value")))
+    {
+        rc = ngx_http_rlm_loop_str(loop, &text,
+                 json_string_value(json_object_get(res, "value")),
+                 json_string_length(json_object_get(res, "value")));
+        json_decref(res);
+
+        if (rc != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        return ngx_http_rlm_loop_finish(loop, &text, NULL);
+    }
+
+    json_decref(res);
+
+    /* a missing variable does not end the loop */
+
+    ngx_snprintf((u_char *) msg, sizeof(msg) - 1,
+                 "FINAL_VAR(%*s): there is no such variable in the "
+                 "interpreter. Create it in a ```repl block first, or set "
+                 "answer[\"content\"] and answer[\"ready\"] = True.%Z",
+                 loop->parsed.final_value.len,
+                 loop->parsed.final_value.data);
+
+    json_array_append_new(loop->feedback, json_string(msg));
+
+    return ngx_http_rlm_loop_next_turn(loop);
+}
+
+
+static ngx_int_t
+ngx_http_rlm_loop_next_turn(ngx_http_rlm_loop_t *loop)
+{
+    ngx_http_rlm_loop_record(loop, NULL);
+
+    if (json_array_append_new(loop->messages,
+                              ngx_http_rlm_prompt_turn(loop, loop->feedback))
+        != 0)
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_rlm_loop_iterate(loop);
+}
+
+
+/* the trajectory line of the turn that just ended, with its answer */
+
+static void
+ngx_http_rlm_loop_record(ngx_http_rlm_loop_t *loop, ngx_str_t *final)
+{
+    if (loop->record == NULL) {
+        return;
+    }
+
+    json_object_set_new(loop->record, "iteration_time",
+        json_real((double) (ngx_current_msec - loop->iteration_start)
+                  / 1000.0));
+
+    json_object_set_new(loop->record, "final_answer",
+                        final ? json_stringn((char *) final->data,
+                                             final->len)
+                              : json_null());
+
+    json_object_set_new(loop->record, "usage",
+                        ngx_http_rlm_loop_usage(loop->tree));
+
+    if (loop->trajectory) {
+        (void) ngx_http_rlm_trajectory_iteration(loop->trajectory,
+                                                 loop->record);
+    }
+
+    json_decref(loop->record);
+    loop->record = NULL;
+}
+
+
+/*
+ * The loop has its answer (limit NULL) or hit a limit; the root loop of
+ * a conversation saves its messages as history_N before it reports.
+ */
+
+static ngx_int_t
+ngx_http_rlm_loop_finish(ngx_http_rlm_loop_t *loop, ngx_str_t *answer,
+    const char *limit)
+{
+    char                *text;
+    u_char               name[32];
+    json_t              *frame;
+    ngx_pool_cleanup_t  *cln;
+
+    if (loop->finished) {
+        return NGX_OK;
+    }
+
+    loop->finished = 1;
+
+    if (loop->deadline.timer_set) {
+        ngx_del_timer(&loop->deadline);
+    }
+
+    if (answer != &loop->answer
+        && ngx_http_rlm_loop_str(loop, &loop->answer, (char *) answer->data,
+                                 answer->len)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    loop->limit = limit;
+    loop->finish_reason = limit ? "length" : "stop";
+
+    ngx_http_rlm_loop_record(loop, &loop->answer);
+
+    if (limit && loop->tree->limit == NULL) {
+        loop->tree->limit = limit;
+    }
+
+    if (loop->parent || limit == NULL || ngx_strcmp(limit, "timeout") != 0)
+    {
+        /* keep the turn's messages for the next completion */
+
+        if (loop->parent == NULL && loop->session
+            && loop->cell == NULL)
+        {
+            ngx_sprintf(name, "history_%uL%Z", loop->turn);
+
+            text = json_dumps(loop->messages, JSON_COMPACT);
+            cln = ngx_pool_cleanup_add(loop->pool, 0);
+
+            if (text == NULL || cln == NULL) {
+                free(text);
+                return NGX_ERROR;
+            }
+
+            cln->handler = free;
+            cln->data = text;
+
+            frame = json_pack("{s:s, s:s, s:s}", "op", "load_context",
+                              "name", (char *) name, "format", "json");
+
+            loop->state = NGX_HTTP_RLM_LOOP_HISTORY;
+
+            if (ngx_http_rlm_loop_sandbox(loop, frame, (u_char *) text,
+                                          ngx_strlen(text),
+                                          NGX_HTTP_RLM_LOOP_OP_TIMEOUT)
+                == NGX_OK)
+            {
+                return NGX_OK;
+            }
+        }
+    }
+
+    loop->state = NGX_HTTP_RLM_LOOP_DONE;
+    ngx_http_rlm_loop_end(loop);
+    loop->done(loop);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_rlm_loop_fail(ngx_http_rlm_loop_t *loop, ngx_uint_t status,
+    const char *type, const char *code, const char *message)
+{
+    size_t  len;
+
+    if (loop->finished) {
+        return;
+    }
+
+    loop->error_status = status ? status : NGX_HTTP_INTERNAL_SERVER_ERROR;
+    loop->error_type = type;
+    loop->error_code = code;
+
+    len = ngx_strlen(message);
+    loop->error_message = ngx_pnalloc(loop->pool, len + 1);
+    if (loop->error_message) {
+        ngx_memcpy(loop->error_message, message, len + 1);
+    }
+
+    ngx_http_rlm_loop_record(loop, NULL);
+
+    ngx_http_rlm_loop_cancel(loop);
+
+    loop->done(loop);
+}
+
+
+/* tokens of a finished call, into the tree's sums and the model's row */
+
+static void
+ngx_http_rlm_loop_count(ngx_http_rlm_loop_t *loop,
+    ngx_http_rlm_llm_call_t *call)
+{
+    json_t               *row;
+    ngx_str_t            *model;
+    ngx_http_rlm_tree_t  *tree;
+    char                  key[256];
+
+    tree = loop->tree;
+    tree->calls++;
+
+    if (!call->has_usage) {
+        return;
+    }
+
+    tree->prompt_tokens += call->prompt_tokens;
+    tree->completion_tokens += call->completion_tokens;
+
+    model = call->model.len ? &call->model : &call->provider->model;
+
+    ngx_snprintf((u_char *) key, sizeof(key) - 1, "%*s%Z",
+                 ngx_min(model->len, sizeof(key) - 2), model->data);
+
+    row = json_object_get(tree->models, key);
+
+    if (row == NULL) {
+        row = json_pack("{s:I, s:I, s:I, s:I}", "calls", (json_int_t) 0,
+                        "prompt_tokens", (json_int_t) 0,
+                        "completion_tokens", (json_int_t) 0,
+                        "total_tokens", (json_int_t) 0);
+        if (row == NULL || json_object_set_new(tree->models, key, row) != 0)
+        {
+            return;
+        }
+    }
+
+#define ngx_http_rlm_loop_add(field, n)                                       \
+    json_object_set_new(row, field,                                           \
+        json_integer(json_integer_value(json_object_get(row, field))          \
+                     + (json_int_t) (n)))
+
+    ngx_http_rlm_loop_add("calls", 1);
+    ngx_http_rlm_loop_add("prompt_tokens", call->prompt_tokens);
+    ngx_http_rlm_loop_add("completion_tokens", call->completion_tokens);
+    ngx_http_rlm_loop_add("total_tokens",
+                          call->prompt_tokens + call->completion_tokens);
+
+#undef ngx_http_rlm_loop_add
+}
+
+
+json_t *
+ngx_http_rlm_loop_usage(ngx_http_rlm_tree_t *tree)
+{
+    return json_pack("{s:I, s:I, s:I}",
+                     "prompt_tokens", (json_int_t) tree->prompt_tokens,
+                     "completion_tokens",
+                     (json_int_t) tree->completion_tokens,
+                     "total_tokens",
+                     (json_int_t) (tree->prompt_tokens
+                                   + tree->completion_tokens));
+}
+
+
+static ngx_msec_t
+ngx_http_rlm_loop_remaining(ngx_http_rlm_loop_t *loop)
+{
+    ngx_msec_int_t  left;
+
+    left = (ngx_msec_int_t) (loop->tree->deadline - ngx_current_msec);
+
+    return left > 0 ? (ngx_msec_t) left : 0;
+}
+
+
+/* a block's state_delta into the tree's copy of the shared dict */
+
+static void
+ngx_http_rlm_loop_merge_state(ngx_http_rlm_tree_t *tree, json_t *delta)
+{
+    size_t       i;
+    json_t      *v, *gone;
+    const char  *k;
+
+    if (!json_is_object(delta) || tree->state == NULL) {
+        return;
+    }
+
+    json_object_foreach(delta, k, v) {
+        if (ngx_strcmp(k, "__deleted__") != 0) {
+            json_object_set(tree->state, k, v);
+        }
+    }
+
+    gone = json_object_get(delta, "__deleted__");
+
+    json_array_foreach(gone, i, v) {
+        if (json_is_string(v)) {
+            json_object_del(tree->state, json_string_value(v));
+        }
+    }
+}
+
+
+static ngx_int_t
+ngx_http_rlm_loop_str(ngx_http_rlm_loop_t *loop, ngx_str_t *dst,
+    const char *src, size_t len)
+{
+    dst->data = ngx_pnalloc(loop->pool, len + 1);
+    if (dst->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(dst->data, src, len);
+    dst->data[len] = '\0';
+    dst->len = len;
+
+    return NGX_OK;
+}
+
+
+/*
+ * A "call" frame from a running block.  Model calls go to the sub model
+ * under the tree's cap; rlm_query starts child loops while depth allows,
+ * and is a plain model call at the maximum depth.
+ */
+
+static ngx_int_t
+ngx_http_rlm_loop_call(ngx_http_rlm_eval_t *ev, json_t *call)
+{
+    size_t                   i;
+    json_t                  *id, *args, *prompts, *p, *model;
+    ngx_uint_t               n, child;
+    const char              *fn;
+    ngx_msec_t               left;
+    ngx_http_rlm_loop_t     *loop;
+    ngx_http_rlm_subcall_t  *sc;
+
+    loop = ev->engine_data;
+
+    id = json_object_get(call, "id");
+    fn = json_string_value(json_object_get(call, "fn"));
+    args = json_object_get(call, "args");
+
+    if (fn == NULL || !json_is_object(args)) {
+        return ngx_http_rlm_subcall_refuse(ev, id, "malformed call");
+    }
+
+    if (ngx_strcmp(fn, "tool") == 0) {
+        return ngx_http_rlm_subcall_refuse(ev, id, "no tools are "
+                                           "configured for this location");
+    }
+
+    child = 0;
+
+    /* fn points into the frame, which goes away: keep our own name */
+
+    if (ngx_strcmp(fn, "llm_query") == 0
+        || ngx_strcmp(fn, "rlm_query") == 0)
+    {
+        fn = (fn[0] == 'l') ? "llm_query" : "rlm_query";
+        n = 1;
+        prompts = NULL;
+
+    } else if (ngx_strcmp(fn, "llm_query_batched") == 0
+               || ngx_strcmp(fn, "rlm_query_batched") == 0)
+    {
+        fn = (fn[0] == 'l') ? "llm_query_batched" : "rlm_query_batched";
+
+        prompts = json_object_get(args, "prompts");
+        if (!json_is_array(prompts)) {
+            return ngx_http_rlm_subcall_refuse(ev, id,
+                                               "prompts must be a list");
+        }
+
+        n = json_array_size(prompts);
+
+    } else {
+        return ngx_http_rlm_subcall_refuse(ev, id, "unknown function");
+    }
+
+    if (ngx_strncmp(fn, "rlm_", 4) == 0 && loop->depth < loop->max_depth) {
+        child = 1;
+
+        /* the block's own changes to `state` so far, for the children */
+        ngx_http_rlm_loop_merge_state(loop->tree,
+                                      json_object_get(args, "state"));
+    }
+
+    sc = ngx_pcalloc(loop->pool, sizeof(ngx_http_rlm_subcall_t));
+    if (sc == NULL) {
+        return NGX_ERROR;
+    }
+
+    sc->items = ngx_pcalloc(loop->pool,
+                            (n ? n : 1) * sizeof(ngx_http_rlm_subitem_t));
+    sc->results = json_array();
+    if (sc->items == NULL || sc->results == NULL) {
+        json_decref(sc->results);
+        return NGX_ERROR;
+    }
+
+    sc->loop = loop;
+    sc->ev = ev;
+    sc->id = id ? json_incref(id) : json_null();
+    sc->fn = fn;
+    sc->n = n;
+    sc->batched = (prompts != NULL);
+
+    model = json_object_get(args, "model");
+
+    if (json_is_string(model) && json_string_length(model)) {
+        (void) ngx_http_rlm_loop_str(loop, &sc->model,
+                                     json_string_value(model),
+                                     json_string_length(model));
+
+    } else {
+        sc->model = loop->sub_model;
+    }
+
+    ngx_queue_insert_tail(&loop->subcalls, &sc->link);
+
+    for (i = 0; i < n; i++) {
+        json_array_append_new(sc->results, json_null());
+    }
+
+    /* the sandbox waits on the host: hold the cell's deadline off */
+
+    left = ngx_http_rlm_loop_remaining(loop);
+    ngx_http_rlm_eval_extend(ev, (left ? left : 1)
+                                 + NGX_HTTP_RLM_LOOP_MARGIN);
+
+    if (n == 0) {
+        ngx_http_rlm_subcall_answer(sc);
+        return NGX_OK;
+    }
+
+    sc->pending = n;
+
+    for (i = 0; i < n; i++) {
+        p = prompts ? json_array_get(prompts, i)
+                    : json_object_get(args, "prompt");
+
+        sc->items[i].subcall = sc;
+        sc->items[i].index = i;
+
+        if (json_is_string(p)) {
+            (void) ngx_http_rlm_loop_str(loop, &sc->items[i].prompt,
+                                         json_string_value(p),
+                                         json_string_length(p));
+
+        } else {
+            char  *dump = json_dumps(p, JSON_COMPACT|JSON_ENCODE_ANY);
+
+            if (dump) {
+                (void) ngx_http_rlm_loop_str(loop, &sc->items[i].prompt,
+                                             dump, ngx_strlen(dump));
+                free(dump);
+            }
+        }
+
+        if (ngx_http_rlm_subcall_start_item(sc, &sc->items[i], child)
+            != NGX_OK)
+        {
+            ngx_str_t  err = ngx_string("the call could not be started");
+
+            ngx_http_rlm_subcall_item_done(&sc->items[i], 0, &err, NULL);
+
+            if (sc->pending == 0) {
+                /* answered already */
+                return NGX_OK;
+            }
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rlm_subcall_start_item(ngx_http_rlm_subcall_t *sc,
+    ngx_http_rlm_subitem_t *it, ngx_uint_t child)
+{
+    json_t               *req;
+    ngx_int_t             rc;
+    ngx_str_t            *pr;
+    ngx_http_rlm_loop_t  *loop, *ch;
+
+    loop = sc->loop;
+    pr = &it->prompt;
+    it->started = ngx_current_msec;
+
+    if (pr->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (child) {
+        ch = ngx_pcalloc(loop->pool, sizeof(ngx_http_rlm_loop_t));
+        if (ch == NULL) {
+            return NGX_ERROR;
+        }
+
+        ch->request = loop->request;
+        ch->conf = loop->conf;
+        ch->tree = loop->tree;
+        ch->parent = loop;
+        ch->provider = loop->provider;
+        ch->root_model = sc->model;
+        ch->sub_model = loop->sub_model;
+        ch->sampling = loop->sampling ? json_incref(loop->sampling) : NULL;
+        ch->depth = loop->depth + 1;
+        ch->max_iterations = loop->max_iterations;
+        ch->max_depth = loop->max_depth;
+        ch->query.data = pr->data;
+        ch->query.len = ngx_min(pr->len, NGX_HTTP_RLM_QUERY_MAX);
+        ch->context = json_stringn((char *) pr->data, pr->len);
+        ch->done = ngx_http_rlm_subcall_child_done;
+        ch->progress = loop->progress;
+        ch->data = loop->data;
+        ch->child_of = it;
+
+        it->child = ch;
+        it->running = 1;
+
+        if (ngx_http_rlm_loop_start(ch) != NGX_OK) {
+            it->running = 0;
+            it->child = NULL;
+            ngx_http_rlm_loop_cancel(ch);
+            return NGX_ERROR;
+        }
+
+        return NGX_OK;
+    }
+
+    req = json_pack("{s:[{s:s, s:s%}]}", "messages", "role", "user",
+                    "content", (char *) pr->data, pr->len);
+    if (req == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (sc->model.len) {
+        json_object_set_new(req, "model",
+                            json_stringn((char *) sc->model.data,
+                                         sc->model.len));
+    }
+
+    it->call.provider = loop->provider;
+    it->call.group = &loop->tree->group;
+    it->call.pool = loop->pool;
+    it->call.log = loop->log;
+    it->call.deadline = loop->tree->deadline;
+    it->call.done = ngx_http_rlm_subcall_llm_done;
+    it->call.data = it;
+
+    it->running = 1;
+
+    rc = ngx_http_rlm_llm_start(&it->call, req);
+
+    json_decref(req);
+
+    if (rc != NGX_OK) {
+        it->running = 0;
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_rlm_subcall_llm_done(ngx_http_rlm_llm_call_t *call)
+{
+    ngx_str_t                err;
+    ngx_connection_t        *c;
+    ngx_http_rlm_subitem_t  *it = call->data;
+
+    it->running = 0;
+    c = it->subcall->loop->request->connection;
+
+    ngx_http_rlm_enter_handler();
+
+    ngx_http_rlm_loop_count(it->subcall->loop, call);
+
+    if (call->error == NGX_HTTP_RLM_LLM_OK) {
+        ngx_http_rlm_subcall_item_done(it, 1, &call->content, call);
+
+    } else {
+        err = call->message;
+        ngx_http_rlm_subcall_item_done(it, 0, &err, call);
+    }
+
+    ngx_http_rlm_leave_handler();
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_rlm_subcall_child_done(ngx_http_rlm_loop_t *child)
+{
+    ngx_str_t                err;
+    ngx_http_rlm_subitem_t  *it = child->child_of;
+
+    it->running = 0;
+
+    if (child->error_status) {
+        err.data = child->error_message ? child->error_message
+                                        : (u_char *) "the child RLM failed";
+        err.len = ngx_strlen(err.data);
+        ngx_http_rlm_subcall_item_done(it, 0, &err, NULL);
+        return;
+    }
+
+    ngx_http_rlm_subcall_item_done(it, 1, &child->answer, NULL);
+}
+
+
+static void
+ngx_http_rlm_subcall_item_done(ngx_http_rlm_subitem_t *it, ngx_uint_t ok,
+    ngx_str_t *text, ngx_http_rlm_llm_call_t *call)
+{
+    json_t                  *item, *rec;
+    ngx_http_rlm_loop_t     *loop;
+    ngx_http_rlm_subcall_t  *sc;
+
+    sc = it->subcall;
+    loop = sc->loop;
+
+    if (ok) {
+        item = json_pack("{s:b, s:s%}", "ok", 1, "result",
+                         (char *) text->data, text->len);
+
+    } else {
+        item = json_pack("{s:b, s:s%}", "ok", 0, "error",
+                         (char *) text->data, text->len);
+    }
+
+    json_array_set_new(sc->results, it->index,
+                       item ? item : json_null());
+
+    if (loop->block_calls && sc->ev == loop->cell) {
+        rec = json_pack("{s:s, s:s%, s:s%, s:s%, s:I, s:I, s:f}",
+                        "fn", sc->fn,
+                        "model", sc->model.len ? (char *) sc->model.data
+                                               : "",
+                        sc->model.len,
+                        "prompt", it->prompt.data ? (char *) it->prompt.data
+                                                  : "",
+                        it->prompt.len,
+                        "response", (char *) text->data, text->len,
+                        "prompt_tokens",
+                        (json_int_t) (call ? call->prompt_tokens : 0),
+                        "completion_tokens",
+                        (json_int_t) (call ? call->completion_tokens : 0),
+                        "execution_time",
+                        (double) (ngx_current_msec - it->started) / 1000.0);
+        if (rec) {
+            json_array_append_new(loop->block_calls, rec);
+        }
+    }
+
+    if (--sc->pending == 0) {
+        ngx_http_rlm_subcall_answer(sc);
+    }
+}
+
+
+/* all prompts answered: the reply frame, and the sub-call is over */
+
+static void
+ngx_http_rlm_subcall_answer(ngx_http_rlm_subcall_t *sc)
+{
+    json_t               *reply, *first;
+    ngx_http_rlm_loop_t  *loop;
+
+    loop = sc->loop;
+
+    if (sc->batched) {
+        reply = json_pack("{s:s, s:O, s:b, s:O}", "op", "reply",
+                          "id", sc->id, "ok", 1, "result", sc->results);
+
+    } else {
+        first = json_array_get(sc->results, 0);
+
+        if (json_is_true(json_object_get(first, "ok"))) {
+            reply = json_pack("{s:s, s:O, s:b, s:O}", "op", "reply",
+                              "id", sc->id, "ok", 1,
+                              "result", json_object_get(first, "result"));
+
+        } else {
+            reply = json_pack("{s:s, s:O, s:b, s:O}", "op", "reply",
+                              "id", sc->id, "ok", 0,
+                              "error", json_object_get(first, "error")
+                                       ? json_object_get(first, "error")
+                                       : json_string("the call failed"));
+        }
+    }
+
+    /* children may have changed the shared dict */
+
+    if (reply && ngx_strncmp(sc->fn, "rlm_", 4) == 0
+        && json_object_size(loop->tree->state))
+    {
+        json_object_set(reply, "state", loop->tree->state);
+    }
+
+    ngx_queue_remove(&sc->link);
+
+    if (reply) {
+        (void) ngx_http_rlm_eval_reply(sc->ev, reply);
+        json_decref(reply);
+    }
+
+    json_decref(sc->results);
+    json_decref(sc->id);
+    sc->results = NULL;
+    sc->id = NULL;
+}
+
+
+static void
+ngx_http_rlm_subcall_cancel(ngx_http_rlm_subcall_t *sc)
+{
+    ngx_uint_t               i;
+    ngx_http_rlm_subitem_t  *it;
+
+    ngx_queue_remove(&sc->link);
+
+    for (i = 0; i < sc->n; i++) {
+        it = &sc->items[i];
+
+        if (!it->running) {
+            continue;
+        }
+
+        it->running = 0;
+
+        if (it->child) {
+            ngx_http_rlm_loop_cancel(it->child);
+
+        } else {
+            ngx_http_rlm_llm_cancel(&it->call);
+        }
+    }
+
+    json_decref(sc->results);
+    json_decref(sc->id);
+    sc->results = NULL;
+    sc->id = NULL;
+}
+
+
+static ngx_int_t
+ngx_http_rlm_subcall_refuse(ngx_http_rlm_eval_t *ev, json_t *id,
+    const char *message)
+{
+    json_t     *reply;
+    ngx_int_t   rc;
+
+    reply = json_pack("{s:s, s:O, s:b, s:s}", "op", "reply",
+                      "id", id ? id : json_null(), "ok", 0,
+                      "error", message);
+    if (reply == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_rlm_eval_reply(ev, reply);
+    json_decref(reply);
+
+    return (rc == NGX_ERROR) ? NGX_ERROR : NGX_OK;
+}

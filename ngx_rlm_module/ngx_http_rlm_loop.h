@@ -1,0 +1,158 @@
+
+/*
+ * ngx_rlm: the recursive loop of one completion.
+ *
+ * A loop asks its root model for a response, runs the response's repl
+ * blocks in the session's sandbox one after another, answers the code's
+ * model calls (llm_query, llm_query_batched, rlm_query ...) while a block
+ * runs, feeds the outputs back, and stops on a final answer or a limit.
+ * Child loops (rlm_query) run the same machine on sandboxes of their own
+ * and share the tree's budget: deadline, tokens, concurrent calls, usage
+ * and the `state` dict.
+ */
+
+
+#ifndef _NGX_HTTP_RLM_LOOP_H_INCLUDED_
+#define _NGX_HTTP_RLM_LOOP_H_INCLUDED_
+
+
+#include "ngx_http_rlm_module.h"
+#include "ngx_http_rlm_llm.h"
+#include "ngx_http_rlm_parse.h"
+
+
+typedef struct ngx_http_rlm_loop_s  ngx_http_rlm_loop_t;
+typedef struct ngx_http_rlm_tree_s  ngx_http_rlm_tree_t;
+
+typedef void (*ngx_http_rlm_loop_done_pt)(ngx_http_rlm_loop_t *loop);
+typedef void (*ngx_http_rlm_loop_progress_pt)(ngx_http_rlm_loop_t *loop,
+    const char *what);
+
+
+/* settings of a location (rlm_completions and friends) */
+typedef struct {
+    ngx_uint_t                  max_iterations;
+    ngx_uint_t                  max_depth;
+    ngx_msec_t                  timeout;           /* whole completion */
+    ngx_uint_t                  max_error_cells;   /* consecutive */
+    size_t                      block_output_max;  /* characters */
+    ngx_uint_t                  max_calls;         /* concurrent, tree */
+    ngx_flag_t                  final_markers;
+    ngx_str_t                   system_prompt;
+    ngx_str_t                   trajectory_dir;
+} ngx_http_rlm_loop_conf_t;
+
+
+/* what one completion and its children share */
+struct ngx_http_rlm_tree_s {
+    ngx_http_rlm_llm_group_t    group;             /* concurrent calls */
+    ngx_msec_t                  deadline;          /* absolute */
+    uint64_t                    max_tokens;        /* 0: no budget */
+    uint64_t                    prompt_tokens;
+    uint64_t                    completion_tokens;
+    ngx_uint_t                  calls;
+    json_t                     *models;            /* per-model usage */
+    json_t                     *state;             /* the shared dict */
+    ngx_str_t                   owner;
+    ngx_uint_t                  loops;             /* live loops */
+    const char                 *limit;             /* first limit hit */
+};
+
+
+typedef enum {
+    NGX_HTTP_RLM_LOOP_INIT = 0,
+    NGX_HTTP_RLM_LOOP_OPEN,        /* child: waiting for its sandbox */
+    NGX_HTTP_RLM_LOOP_PREPARE,     /* state, context, aliases */
+    NGX_HTTP_RLM_LOOP_ROOT,        /* waiting for the root model */
+    NGX_HTTP_RLM_LOOP_CELL,        /* a block runs */
+    NGX_HTTP_RLM_LOOP_FINAL_VAR,   /* reading the FINAL_VAR variable */
+    NGX_HTTP_RLM_LOOP_LAST,        /* the plain call after the last turn */
+    NGX_HTTP_RLM_LOOP_HISTORY,     /* saving history_N */
+    NGX_HTTP_RLM_LOOP_DONE
+} ngx_http_rlm_loop_state_e;
+
+
+struct ngx_http_rlm_loop_s {
+    /* set by the caller before ngx_http_rlm_loop_start() */
+    ngx_http_request_t         *request;       /* pool, log */
+    ngx_http_rlm_loop_conf_t   *conf;
+    ngx_http_rlm_tree_t        *tree;
+    ngx_http_rlm_loop_t        *parent;
+    ngx_http_rlm_provider_t    *provider;
+    ngx_str_t                   root_model;
+    ngx_str_t                   sub_model;
+    json_t                     *sampling;      /* copied into root calls */
+    ngx_uint_t                  depth;
+    ngx_uint_t                  max_iterations;
+    ngx_uint_t                  max_depth;
+    ngx_str_t                   query;
+    json_t                     *context;       /* stolen by the loop */
+    json_t                     *history;       /* earlier turns, or NULL */
+    ngx_http_rlm_session_t     *session;       /* referenced, or NULL */
+    uint64_t                    turn;          /* completion number */
+    ngx_str_t                   completion_id;
+    ngx_http_rlm_loop_done_pt   done;
+    ngx_http_rlm_loop_progress_pt  progress;
+    void                       *data;
+
+    /* outcome, valid in done() */
+    ngx_str_t                   answer;
+    const char                 *finish_reason;
+    const char                 *limit;         /* which limit ended it */
+    ngx_uint_t                  error_status;  /* 0: no error */
+    const char                 *error_type;
+    const char                 *error_code;
+    u_char                     *error_message;
+    ngx_uint_t                  iterations;
+    ngx_uint_t                  cells;
+
+    /* private */
+    ngx_http_rlm_loop_state_e   state;
+    ngx_log_t                  *log;
+    ngx_pool_t                 *pool;
+    u_char                      hex[NGX_HTTP_RLM_ID_HEX];
+    ngx_http_rlm_open_t         open;
+    json_t                     *messages;
+    ngx_http_rlm_llm_call_t     call;
+    ngx_http_rlm_eval_t        *cell;
+    ngx_http_rlm_response_t     parsed;
+    ngx_str_t                   response;
+    ngx_uint_t                  block;
+    ngx_uint_t                  error_cells;
+    ngx_str_t                   best;          /* best answer so far */
+    json_t                     *feedback;      /* outputs of this turn */
+    json_t                     *record;        /* trajectory iteration */
+    json_t                     *block_calls;   /* sub-calls of a block */
+    void                       *trajectory;
+    ngx_msec_t                  iteration_start;
+    ngx_queue_t                 subcalls;      /* calls being answered */
+    ngx_queue_t                 children;      /* child loops, running */
+    ngx_queue_t                 child_link;    /* in the parent's list */
+    void                       *child_of;      /* the subcall waiting */
+    ngx_event_t                 step;          /* advances the machine */
+    ngx_event_t                 deadline;
+    ngx_uint_t                  prepare_step;
+    ngx_int_t                   eval_rc;
+    unsigned                    call_running:1;
+    unsigned                    finished:1;
+    unsigned                    own_session:1; /* child: delete at end */
+};
+
+
+ngx_int_t ngx_http_rlm_loop_start(ngx_http_rlm_loop_t *loop);
+void ngx_http_rlm_loop_cancel(ngx_http_rlm_loop_t *loop);
+json_t *ngx_http_rlm_loop_usage(ngx_http_rlm_tree_t *tree);
+
+/* ngx_http_rlm_prompt.c */
+extern ngx_str_t  ngx_http_rlm_default_system_prompt;
+
+json_t *ngx_http_rlm_prompt_first(ngx_http_rlm_loop_t *loop);
+json_t *ngx_http_rlm_prompt_turn(ngx_http_rlm_loop_t *loop,
+    json_t *feedback);
+json_t *ngx_http_rlm_prompt_last(ngx_http_rlm_loop_t *loop);
+json_t *ngx_http_rlm_prompt_block_output(ngx_http_rlm_loop_t *loop,
+    ngx_uint_t n, json_t *result);
+json_t *ngx_http_rlm_prompt_note(const char *text);
+
+
+#endif /* _NGX_HTTP_RLM_LOOP_H_INCLUDED_ */
