@@ -7,6 +7,7 @@
 #   make asan-test    run the suites against the ASan build
 #   make valgrind-test  run the suites with nginx under valgrind memcheck
 #   make fuzz         run the parser fuzzers (FUZZ_SECONDS each)
+#   make npm-deps     the openai npm package for t/openai_sdk.t (build/npm)
 
 PORT      ?= 8080
 SAN       ?=
@@ -26,16 +27,22 @@ MOD_SRCS  := $(wildcard ngx_rlm_module/*.c ngx_rlm_module/*.h) config
 LOAD_MODULES := $(NGX_MODS)/ndk_http_module.so \
                 $(NGX_MODS)/ngx_http_lua_module.so $(MODULE)
 
+# The official OpenAI SDK, for t/openai_sdk.t.  4.x is the last line that
+# supports Node 18 (Debian 12's nodejs); 5.x and later want Node 20.
+OPENAI_NPM ?= 4.104.0
+NPM_DIR   := $(TOP)/build/npm
+
 PROVE_ENV := TEST_NGINX_BINARY=$(NGINX) \
              TEST_NGINX_LOAD_MODULES="$(LOAD_MODULES)" \
              RLM_BUILD=$(B) \
              RLM_SANDBOXD=$(B)/bin/rlm-sandboxd \
-             RLM_SANDBOXCTL=$(B)/bin/rlm-sandboxctl
+             RLM_SANDBOXCTL=$(B)/bin/rlm-sandboxctl \
+             RLM_NODE_MODULES=$(NPM_DIR)/node_modules
 
 TESTS     ?= t/
 
 .PHONY: all deps module sandbox run-prefix run test asan asan-test \
-        valgrind-test fuzz bench-llm clean
+        valgrind-test fuzz bench-llm clean npm-deps
 
 all: deps module sandbox
 
@@ -69,23 +76,63 @@ sandbox: | deps
 # the load_module lines for this build.  t/conf_files.t uses it too.
 RUN_DIR ?= $(B)/run
 
+# the demo model's own port, next to the API's (make run without a
+# provider: RLM_UPSTREAM_URL unset)
+DEMO_PORT = $(shell echo $$(($(PORT) + 1)))
+
 run-prefix:
 	@rm -rf $(RUN_DIR) && mkdir -p $(RUN_DIR)/conf $(RUN_DIR)/logs
 	@for f in conf/*.conf; do \
-	    sed -e 's/8080/$(PORT)/g' -e 's|@TOP@|$(TOP)|g' \
+	    sed -e 's/8080/$(PORT)/g' -e 's/8081/$(DEMO_PORT)/g' \
+	        -e 's|@TOP@|$(TOP)|g' \
 	        -e 's|@BUILD@|$(B)|g' -e 's|@RUN@|$(abspath $(RUN_DIR))|g' \
 	        $$f > $(RUN_DIR)/conf/$$(basename $$f); \
 	done
 	@for m in $(LOAD_MODULES); do echo "load_module $$m;"; done \
 	    > $(RUN_DIR)/conf/modules.conf
+	@{ if [ -n "$$RLM_UPSTREAM_URL" ]; then \
+	    echo "rlm_provider upstream \"url=$$RLM_UPSTREAM_URL\"$${RLM_API_KEY:+ key_env=RLM_API_KEY}$${RLM_MODEL:+ \"model=$$RLM_MODEL\"};"; \
+	  else \
+	    echo "rlm_provider demo url=http://127.0.0.1:$(DEMO_PORT)/v1 model=rlm-demo;"; \
+	  fi; \
+	  if [ -n "$$RLM_SUB_MODEL" ]; then \
+	    echo "rlm_completion_sub_model \"$$RLM_SUB_MODEL\";"; \
+	  fi; } > $(RUN_DIR)/conf/provider.conf
+	@{ echo 'init_by_lua_block { require("rlm.policy").configure{'; \
+	  echo '    body_max = 300 * 1024 * 1024,'; \
+	  if [ -z "$$RLM_UPSTREAM_URL" ]; then \
+	    echo '    routes_file = "$(TOP)/conf/routes.json",'; \
+	  fi; \
+	  if [ -n "$$RLM_KEYS_FILE" ]; then \
+	    echo "    keys_file = \"$$(realpath "$$RLM_KEYS_FILE")\","; \
+	  fi; \
+	  echo '} }'; } > $(RUN_DIR)/conf/policy-setup.conf
+	@if [ -n "$$RLM_KEYS_FILE" ]; then echo "listen $(PORT);"; \
+	 else echo "listen 127.0.0.1:$(PORT);"; fi > $(RUN_DIR)/conf/listen.conf
 
 run: all run-prefix
 	@echo "ngx_rlm: serving on http://127.0.0.1:$(PORT)/ (Ctrl-C stops)"
 	exec $(NGINX) -p $(RUN_DIR) -c conf/rlm.conf -e stderr \
 	    -g 'daemon off;'
 
-test: all
+test: all npm-deps
 	$(PROVE_ENV) prove -I t/lib -I t -r $(TESTS)
+
+# Installed from npm once per version (the stamp).  Without npm the SDK
+# suite is skipped, unless RLM_REQUIRE_NODE is set (CI).
+npm-deps: $(NPM_DIR)/openai-$(OPENAI_NPM).stamp
+
+$(NPM_DIR)/openai-$(OPENAI_NPM).stamp: | deps
+	@if command -v npm >/dev/null 2>&1; then \
+	    npm install --no-audit --no-fund --save-exact \
+	        --prefix $(NPM_DIR) openai@$(OPENAI_NPM) \
+	    && rm -f $(NPM_DIR)/openai-*.stamp && touch $@; \
+	elif [ -n "$$RLM_REQUIRE_NODE" ]; then \
+	    echo "ngx_rlm: npm is missing: apt-get install nodejs npm" >&2; \
+	    exit 1; \
+	else \
+	    echo "ngx_rlm: no npm: t/openai_sdk.t will be skipped" >&2; \
+	fi
 
 asan:
 	$(MAKE) SAN=1 all

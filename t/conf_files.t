@@ -18,6 +18,10 @@ plan skip_all => "module not built ($build/ngx_http_rlm_module.so)"
 
 my $run = tempdir('rlm-conf-XXXXXX', TMPDIR => 1, CLEANUP => 1);
 
+# what make run serves without any of its settings from the environment
+delete @ENV{qw( RLM_UPSTREAM_URL RLM_API_KEY RLM_MODEL RLM_SUB_MODEL
+                RLM_KEYS_FILE )};
+
 system('make', '-s', '-C', $top, "BUILD=$build", "RUN_DIR=$run",
        'PORT=19801', 'run-prefix') == 0
     or BAIL_OUT('make run-prefix failed');
@@ -51,8 +55,12 @@ for my $snippet (@snippets) {
 }
 
 # the port make run was asked for really is the one it listens on
+# (make run writes the listen line: loopback unless RLM_KEYS_FILE is set)
 my $text = do { local (@ARGV, $/) = ("$run/conf/rlm.conf"); <> };
-like($text, qr/listen\s+127\.0\.0\.1:19801;/, 'PORT substituted in rlm.conf');
+my $listen = do { local (@ARGV, $/) = ("$run/conf/listen.conf"); <> };
+like($text, qr/^\s*include\s+listen\.conf;/m, 'rlm.conf takes listen.conf');
+like($listen, qr/^listen\s+127\.0\.0\.1:19801;$/m,
+     'PORT substituted in listen.conf, loopback only');
 unlike($text, qr/\@(TOP|BUILD|RUN)\@/, 'no placeholder left unexpanded');
 
 done_testing();
