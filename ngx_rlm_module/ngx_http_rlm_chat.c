@@ -1162,12 +1162,20 @@ ngx_http_rlm_chat_done(ngx_http_rlm_loop_t *loop)
     ngx_int_t             rc;
     json_t               *ev;
     ngx_http_request_t   *r;
+    ngx_http_rlm_ctx_t   *ctx;
     ngx_http_rlm_chat_t  *chat = loop->data;
 
     r = chat->request;
 
     if (chat->keepalive.timer_set) {
         ngx_del_timer(&chat->keepalive);
+    }
+
+    ctx = ngx_http_rlm_get_ctx(r);
+    if (ctx) {
+        ctx->has_completion = 1;
+        ctx->iterations = loop->iterations;
+        ctx->tokens = chat->tree.prompt_tokens + chat->tree.completion_tokens;
     }
 
     if (loop->error_status == 0) {

@@ -22,6 +22,8 @@ static ngx_int_t ngx_http_rlm_control_frame(ngx_http_rlm_peer_t *p,
     json_t *msg);
 static void ngx_http_rlm_control_done(ngx_http_rlm_peer_t *p,
     ngx_http_rlm_peer_status_e status);
+static void ngx_http_rlm_control_forget(ngx_log_t *log, const char *op,
+    u_char *sandbox);
 static void ngx_http_rlm_control_release_done(void *data, json_t *reply,
     ngx_http_rlm_peer_status_e status);
 
@@ -124,6 +126,23 @@ ngx_http_rlm_control_limits(ngx_http_rlm_main_conf_t *rmcf)
 void
 ngx_http_rlm_control_release(ngx_log_t *log, u_char *sandbox)
 {
+    ngx_http_rlm_control_forget(log, "release", sandbox);
+}
+
+
+/* the same for a cell its host gave up on: it raises KeyboardInterrupt */
+
+void
+ngx_http_rlm_control_interrupt(ngx_log_t *log, u_char *sandbox)
+{
+    ngx_http_rlm_control_forget(log, "interrupt", sandbox);
+}
+
+
+static void
+ngx_http_rlm_control_forget(ngx_log_t *log, const char *op,
+    u_char *sandbox)
+{
     json_t      *req;
     ngx_pool_t  *pool;
 
@@ -136,8 +155,7 @@ ngx_http_rlm_control_release(ngx_log_t *log, u_char *sandbox)
         return;
     }
 
-    req = json_pack("{s:s, s:s}", "op", "release", "sandbox",
-                    (char *) sandbox);
+    req = json_pack("{s:s, s:s}", "op", op, "sandbox", (char *) sandbox);
     if (req == NULL) {
         ngx_destroy_pool(pool);
         return;
@@ -148,7 +166,7 @@ ngx_http_rlm_control_release(ngx_log_t *log, u_char *sandbox)
         != NGX_OK)
     {
         ngx_log_error(NGX_LOG_ERR, log, 0,
-                      "rlm: could not release sandbox \"%s\"", sandbox);
+                      "rlm: could not %s sandbox \"%s\"", op, sandbox);
         ngx_destroy_pool(pool);
     }
 
@@ -168,7 +186,7 @@ ngx_http_rlm_control_release_done(void *data, json_t *reply,
 
     if (!json_is_true(ok)) {
         ngx_log_error(NGX_LOG_INFO, pool->log, 0,
-                      "rlm: releasing a sandbox failed (status %d)",
+                      "rlm: a request about a sandbox failed (status %d)",
                       (int) status);
     }
 

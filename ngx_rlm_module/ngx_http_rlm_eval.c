@@ -1212,8 +1212,10 @@ ngx_http_rlm_eval_finalize(ngx_http_rlm_eval_t *ev, ngx_int_t rc)
 
     ctx = ngx_http_rlm_get_ctx(ev->request);
     if (ctx && ctx->has_sandbox_time) {
-        ctx->sandbox_us = ev->cell_us ? ev->cell_us
-                                      : ngx_http_rlm_eval_elapsed_us(ev);
+        /* an engine's cells add up over the completion */
+        ctx->sandbox_us = (ev->done ? ctx->sandbox_us : 0)
+                          + (ev->cell_us ? ev->cell_us
+                                         : ngx_http_rlm_eval_elapsed_us(ev));
     }
 
     /*
@@ -1276,8 +1278,8 @@ ngx_http_rlm_eval_start(ngx_http_rlm_eval_t *ev)
 void
 ngx_http_rlm_eval_cancel(ngx_http_rlm_eval_t *ev)
 {
-    ev->finalized = 1;
     ngx_http_rlm_eval_cleanup(ev);
+    ev->finalized = 1;
 }
 
 
@@ -1319,6 +1321,15 @@ ngx_http_rlm_eval_cleanup(void *data)
     }
 
     if (ev->peer) {
+        /*
+         * An engine's cell still running is abandoned (client gone,
+         * deadline passed): stop the code, not just its channel.
+         */
+
+        if (ev->done && ev->sent && !ev->context) {
+            ngx_http_rlm_control_interrupt(ngx_cycle->log, ev->sandbox);
+        }
+
         ev->peer->done_handler = NULL;
         ngx_http_rlm_peer_close(ev->peer);
         ev->peer = NULL;

@@ -17,37 +17,6 @@
 
 #define NGX_HTTP_RLM_LOOP_OP_TIMEOUT   30000
 #define NGX_HTTP_RLM_LOOP_MARGIN       5000
-#define NGX_HTTP_RLM_QUERY_MAX         4000
-
-
-typedef struct ngx_http_rlm_subcall_s  ngx_http_rlm_subcall_t;
-
-/* one prompt of a sub-call: a model call or a child loop */
-typedef struct {
-    ngx_http_rlm_subcall_t     *subcall;
-    ngx_uint_t                  index;
-    ngx_http_rlm_llm_call_t     call;
-    ngx_http_rlm_loop_t        *child;
-    ngx_str_t                   prompt;
-    ngx_msec_t                  started;
-    unsigned                    running:1;
-} ngx_http_rlm_subitem_t;
-
-
-/* a "call" frame from a running block, until it is answered */
-struct ngx_http_rlm_subcall_s {
-    ngx_queue_t                 link;
-    ngx_http_rlm_loop_t        *loop;
-    ngx_http_rlm_eval_t        *ev;
-    json_t                     *id;
-    const char                 *fn;
-    ngx_str_t                   model;
-    ngx_uint_t                  n;
-    ngx_uint_t                  pending;
-    ngx_http_rlm_subitem_t     *items;
-    json_t                     *results;
-    unsigned                    batched:1;
-};
 
 
 static void ngx_http_rlm_loop_cleanup(void *data);
@@ -77,26 +46,7 @@ static void ngx_http_rlm_loop_fail(ngx_http_rlm_loop_t *loop,
     ngx_uint_t status, const char *type, const char *code,
     const char *message);
 static void ngx_http_rlm_loop_end(ngx_http_rlm_loop_t *loop);
-static void ngx_http_rlm_loop_count(ngx_http_rlm_loop_t *loop,
-    ngx_http_rlm_llm_call_t *call);
-static ngx_msec_t ngx_http_rlm_loop_remaining(ngx_http_rlm_loop_t *loop);
-static void ngx_http_rlm_loop_merge_state(ngx_http_rlm_tree_t *tree,
-    json_t *delta);
-static ngx_int_t ngx_http_rlm_loop_str(ngx_http_rlm_loop_t *loop,
-    ngx_str_t *dst, const char *src, size_t len);
 
-static ngx_int_t ngx_http_rlm_loop_call(ngx_http_rlm_eval_t *ev,
-    json_t *call);
-static ngx_int_t ngx_http_rlm_subcall_start_item(ngx_http_rlm_subcall_t *sc,
-    ngx_http_rlm_subitem_t *it, ngx_uint_t child);
-static void ngx_http_rlm_subcall_llm_done(ngx_http_rlm_llm_call_t *call);
-static void ngx_http_rlm_subcall_child_done(ngx_http_rlm_loop_t *child);
-static void ngx_http_rlm_subcall_item_done(ngx_http_rlm_subitem_t *it,
-    ngx_uint_t ok, ngx_str_t *text, ngx_http_rlm_llm_call_t *call);
-static void ngx_http_rlm_subcall_answer(ngx_http_rlm_subcall_t *sc);
-static void ngx_http_rlm_subcall_cancel(ngx_http_rlm_subcall_t *sc);
-static ngx_int_t ngx_http_rlm_subcall_refuse(ngx_http_rlm_eval_t *ev,
-    json_t *id, const char *message);
 
 
 ngx_int_t
@@ -204,9 +154,6 @@ ngx_http_rlm_loop_opened(ngx_http_rlm_open_t *op)
 void
 ngx_http_rlm_loop_cancel(ngx_http_rlm_loop_t *loop)
 {
-    ngx_queue_t             *q;
-    ngx_http_rlm_subcall_t  *sc;
-
     if (loop->finished && loop->state == NGX_HTTP_RLM_LOOP_DONE
         && loop->session == NULL)
     {
@@ -234,11 +181,7 @@ ngx_http_rlm_loop_cancel(ngx_http_rlm_loop_t *loop)
         ngx_http_rlm_llm_cancel(&loop->call);
     }
 
-    while (!ngx_queue_empty(&loop->subcalls)) {
-        q = ngx_queue_head(&loop->subcalls);
-        sc = ngx_queue_data(q, ngx_http_rlm_subcall_t, link);
-        ngx_http_rlm_subcall_cancel(sc);
-    }
+    ngx_http_rlm_subcalls_cancel(loop, NULL);
 
     if (loop->cell) {
         ngx_http_rlm_eval_cancel(loop->cell);
@@ -338,11 +281,7 @@ ngx_http_rlm_loop_deadline_handler(ngx_event_t *e)
         ngx_http_rlm_llm_cancel(&loop->call);
     }
 
-    while (!ngx_queue_empty(&loop->subcalls)) {
-        ngx_http_rlm_subcall_cancel(
-            ngx_queue_data(ngx_queue_head(&loop->subcalls),
-                           ngx_http_rlm_subcall_t, link));
-    }
+    ngx_http_rlm_subcalls_cancel(loop, NULL);
 
     if (loop->cell) {
         ngx_http_rlm_eval_cancel(loop->cell);
@@ -607,7 +546,7 @@ ngx_http_rlm_loop_sandbox(ngx_http_rlm_loop_t *loop, json_t *frame,
     ev->frame = frame;
     ev->timeout = timeout;
     ev->done = ngx_http_rlm_loop_eval_done;
-    ev->call_handler = ngx_http_rlm_loop_call;
+    ev->call_handler = ngx_http_rlm_subcall_handler;
     ev->engine_data = loop;
 
     loop->cell = ev;
@@ -710,20 +649,10 @@ ngx_http_rlm_loop_root_call(ngx_http_rlm_loop_t *loop)
 
     json_object_set(req, "messages", loop->messages);
 
-    ngx_memzero(&loop->call, sizeof(ngx_http_rlm_llm_call_t));
-
-    loop->call.provider = loop->provider;
-    loop->call.group = &loop->tree->group;
-    loop->call.pool = loop->pool;
-    loop->call.log = loop->log;
-    loop->call.deadline = loop->tree->deadline;
-    loop->call.done = ngx_http_rlm_loop_root_done;
-    loop->call.data = loop;
-
     loop->call_running = 1;
 
-    rc = ngx_http_rlm_llm_start(&loop->call, req);
-
+    rc = ngx_http_rlm_loop_start_call(loop, &loop->call, req,
+                                      ngx_http_rlm_loop_root_done, loop);
     json_decref(req);
 
     if (rc != NGX_OK) {
@@ -732,6 +661,27 @@ ngx_http_rlm_loop_root_call(ngx_http_rlm_loop_t *loop)
     }
 
     return NGX_OK;
+}
+
+
+/* a model call of the loop, under the tree's cap and deadline */
+
+ngx_int_t
+ngx_http_rlm_loop_start_call(ngx_http_rlm_loop_t *loop,
+    ngx_http_rlm_llm_call_t *call, json_t *req,
+    ngx_http_rlm_llm_done_pt done, void *data)
+{
+    ngx_memzero(call, sizeof(ngx_http_rlm_llm_call_t));
+
+    call->provider = loop->provider;
+    call->group = &loop->tree->group;
+    call->pool = loop->pool;
+    call->log = loop->log;
+    call->deadline = loop->tree->deadline;
+    call->done = done;
+    call->data = data;
+
+    return ngx_http_rlm_llm_start(call, req);
 }
 
 
@@ -775,11 +725,16 @@ ngx_http_rlm_loop_root_done(ngx_http_rlm_llm_call_t *call)
 
         /* the plain call is one more line of the trajectory */
         json_decref(loop->record);
-        loop->record = json_pack("{s:I, s:O, s:s%, s:[]}",
-                                 "iteration", (json_int_t) loop->iterations,
-                                 "prompt", loop->messages,
-                                 "response", (char *) call->content.data,
-                                 call->content.len, "code_blocks");
+        loop->record = NULL;
+
+        if (loop->trajectory) {
+            loop->record = json_pack("{s:I, s:o, s:s%, s:[]}",
+                                     "iteration",
+                                     (json_int_t) loop->iterations,
+                                     "prompt", json_copy(loop->messages),
+                                     "response", (char *) call->content.data,
+                                     call->content.len, "code_blocks");
+        }
 
         rc = ngx_http_rlm_loop_finish(loop, &call->content,
                                       "max_iterations");
@@ -823,6 +778,19 @@ ngx_http_rlm_loop_response(ngx_http_rlm_loop_t *loop)
 
     loop->iterations++;
 
+    /* the trajectory line: the prompt as sent, the answer to it */
+
+    json_decref(loop->record);
+    loop->record = NULL;
+
+    if (loop->trajectory) {
+        loop->record = json_pack("{s:I, s:o, s:s%, s:[]}",
+                                 "iteration", (json_int_t) loop->iterations,
+                                 "prompt", json_copy(loop->messages),
+                                 "response", (char *) loop->response.data,
+                                 loop->response.len, "code_blocks");
+    }
+
     if (json_array_append_new(loop->messages,
             json_pack("{s:s, s:s%}", "role", "assistant", "content",
                       (char *) loop->response.data, loop->response.len))
@@ -832,24 +800,6 @@ ngx_http_rlm_loop_response(ngx_http_rlm_loop_t *loop)
     }
 
     loop->best = loop->response;
-
-    json_decref(loop->record);
-    loop->record = json_pack("{s:I, s:O, s:s%, s:[]}",
-                             "iteration", (json_int_t) loop->iterations,
-                             "prompt", loop->messages,
-                             "response", (char *) loop->response.data,
-                             loop->response.len, "code_blocks");
-
-    /* the prompt is what was sent: without the answer just appended */
-    if (loop->record) {
-        json_t  *prompt = json_object_get(loop->record, "prompt");
-
-        json_object_set_new(loop->record, "prompt",
-                            json_array_get(prompt, 0) ? json_deep_copy(prompt)
-                                                      : json_array());
-        prompt = json_object_get(loop->record, "prompt");
-        json_array_remove(prompt, json_array_size(prompt) - 1);
-    }
 
     if (loop->tree->max_tokens
         && loop->tree->completion_tokens >= loop->tree->max_tokens)
@@ -947,7 +897,7 @@ ngx_http_rlm_loop_run_block(ngx_http_rlm_loop_t *loop)
     }
 
     json_decref(loop->block_calls);
-    loop->block_calls = json_array();
+    loop->block_calls = loop->record ? json_array() : NULL;
 
     loop->state = NGX_HTTP_RLM_LOOP_CELL;
 
@@ -968,25 +918,11 @@ ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
     ngx_str_t             text;
     const char           *status;
     ngx_http_rlm_eval_t  *ev;
-    ngx_queue_t          *q;
 
     ev = loop->cell;
 
     /* calls of the block that were not answered die with it */
-
-    for (q = ngx_queue_head(&loop->subcalls);
-         q != ngx_queue_sentinel(&loop->subcalls);
-         /* void */)
-    {
-        ngx_http_rlm_subcall_t  *sc;
-
-        sc = ngx_queue_data(q, ngx_http_rlm_subcall_t, link);
-        q = ngx_queue_next(q);
-
-        if (sc->ev == ev) {
-            ngx_http_rlm_subcall_cancel(sc);
-        }
-    }
+    ngx_http_rlm_subcalls_cancel(loop, ev);
 
     res = ngx_http_rlm_loop_take_result(loop);
 
@@ -1029,20 +965,14 @@ ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
     json_array_append_new(loop->feedback, out);
 
     if (loop->record) {
-        rec = json_pack("{s:s%, s:{s:s, s:O, s:O, s:O, s:f, s:O}}",
+        rec = json_pack("{s:s%, s:{s:s, s:O?, s:O?, s:O?, s:f, s:O}}",
                         "code",
                         (char *) loop->parsed.blocks[loop->block].data,
                         loop->parsed.blocks[loop->block].len,
                         "result", "status", status,
-                        "stdout", json_object_get(res, "stdout")
-                                  ? json_object_get(res, "stdout")
-                                  : json_string(""),
-                        "stderr", json_object_get(res, "stderr")
-                                  ? json_object_get(res, "stderr")
-                                  : json_string(""),
-                        "error", json_object_get(res, "error")
-                                 ? json_object_get(res, "error")
-                                 : json_null(),
+                        "stdout", json_object_get(res, "stdout"),
+                        "stderr", json_object_get(res, "stderr"),
+                        "error", json_object_get(res, "error"),
                         "execution_time",
                         json_number_value(json_object_get(res,
                                                           "duration_ms"))
@@ -1317,7 +1247,7 @@ ngx_http_rlm_loop_fail(ngx_http_rlm_loop_t *loop, ngx_uint_t status,
 
 /* tokens of a finished call, into the tree's sums and the model's row */
 
-static void
+void
 ngx_http_rlm_loop_count(ngx_http_rlm_loop_t *loop,
     ngx_http_rlm_llm_call_t *call)
 {
@@ -1382,7 +1312,7 @@ ngx_http_rlm_loop_usage(ngx_http_rlm_tree_t *tree)
 }
 
 
-static ngx_msec_t
+ngx_msec_t
 ngx_http_rlm_loop_remaining(ngx_http_rlm_loop_t *loop)
 {
     ngx_msec_int_t  left;
@@ -1395,7 +1325,7 @@ ngx_http_rlm_loop_remaining(ngx_http_rlm_loop_t *loop)
 
 /* a block's state_delta into the tree's copy of the shared dict */
 
-static void
+void
 ngx_http_rlm_loop_merge_state(ngx_http_rlm_tree_t *tree, json_t *delta)
 {
     size_t       i;
@@ -1422,7 +1352,7 @@ ngx_http_rlm_loop_merge_state(ngx_http_rlm_tree_t *tree, json_t *delta)
 }
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_rlm_loop_str(ngx_http_rlm_loop_t *loop, ngx_str_t *dst,
     const char *src, size_t len)
 {
@@ -1436,456 +1366,4 @@ ngx_http_rlm_loop_str(ngx_http_rlm_loop_t *loop, ngx_str_t *dst,
     dst->len = len;
 
     return NGX_OK;
-}
-
-
-/*
- * A "call" frame from a running block.  Model calls go to the sub model
- * under the tree's cap; rlm_query starts child loops while depth allows,
- * and is a plain model call at the maximum depth.
- */
-
-static ngx_int_t
-ngx_http_rlm_loop_call(ngx_http_rlm_eval_t *ev, json_t *call)
-{
-    size_t                   i;
-    json_t                  *id, *args, *prompts, *p, *model;
-    ngx_uint_t               n, child;
-    const char              *fn;
-    ngx_msec_t               left;
-    ngx_http_rlm_loop_t     *loop;
-    ngx_http_rlm_subcall_t  *sc;
-
-    loop = ev->engine_data;
-
-    id = json_object_get(call, "id");
-    fn = json_string_value(json_object_get(call, "fn"));
-    args = json_object_get(call, "args");
-
-    if (fn == NULL || !json_is_object(args)) {
-        return ngx_http_rlm_subcall_refuse(ev, id, "malformed call");
-    }
-
-    if (ngx_strcmp(fn, "tool") == 0) {
-        return ngx_http_rlm_subcall_refuse(ev, id, "no tools are "
-                                           "configured for this location");
-    }
-
-    child = 0;
-
-    /* fn points into the frame, which goes away: keep our own name */
-
-    if (ngx_strcmp(fn, "llm_query") == 0
-        || ngx_strcmp(fn, "rlm_query") == 0)
-    {
-        fn = (fn[0] == 'l') ? "llm_query" : "rlm_query";
-        n = 1;
-        prompts = NULL;
-
-    } else if (ngx_strcmp(fn, "llm_query_batched") == 0
-               || ngx_strcmp(fn, "rlm_query_batched") == 0)
-    {
-        fn = (fn[0] == 'l') ? "llm_query_batched" : "rlm_query_batched";
-
-        prompts = json_object_get(args, "prompts");
-        if (!json_is_array(prompts)) {
-            return ngx_http_rlm_subcall_refuse(ev, id,
-                                               "prompts must be a list");
-        }
-
-        n = json_array_size(prompts);
-
-    } else {
-        return ngx_http_rlm_subcall_refuse(ev, id, "unknown function");
-    }
-
-    if (ngx_strncmp(fn, "rlm_", 4) == 0 && loop->depth < loop->max_depth) {
-        child = 1;
-
-        /* the block's own changes to `state` so far, for the children */
-        ngx_http_rlm_loop_merge_state(loop->tree,
-                                      json_object_get(args, "state"));
-    }
-
-    sc = ngx_pcalloc(loop->pool, sizeof(ngx_http_rlm_subcall_t));
-    if (sc == NULL) {
-        return NGX_ERROR;
-    }
-
-    sc->items = ngx_pcalloc(loop->pool,
-                            (n ? n : 1) * sizeof(ngx_http_rlm_subitem_t));
-    sc->results = json_array();
-    if (sc->items == NULL || sc->results == NULL) {
-        json_decref(sc->results);
-        return NGX_ERROR;
-    }
-
-    sc->loop = loop;
-    sc->ev = ev;
-    sc->id = id ? json_incref(id) : json_null();
-    sc->fn = fn;
-    sc->n = n;
-    sc->batched = (prompts != NULL);
-
-    model = json_object_get(args, "model");
-
-    if (json_is_string(model) && json_string_length(model)) {
-        (void) ngx_http_rlm_loop_str(loop, &sc->model,
-                                     json_string_value(model),
-                                     json_string_length(model));
-
-    } else {
-        sc->model = loop->sub_model;
-    }
-
-    ngx_queue_insert_tail(&loop->subcalls, &sc->link);
-
-    for (i = 0; i < n; i++) {
-        json_array_append_new(sc->results, json_null());
-    }
-
-    /* the sandbox waits on the host: hold the cell's deadline off */
-
-    left = ngx_http_rlm_loop_remaining(loop);
-    ngx_http_rlm_eval_extend(ev, (left ? left : 1)
-                                 + NGX_HTTP_RLM_LOOP_MARGIN);
-
-    if (n == 0) {
-        ngx_http_rlm_subcall_answer(sc);
-        return NGX_OK;
-    }
-
-    sc->pending = n;
-
-    for (i = 0; i < n; i++) {
-        p = prompts ? json_array_get(prompts, i)
-                    : json_object_get(args, "prompt");
-
-        sc->items[i].subcall = sc;
-        sc->items[i].index = i;
-
-        if (json_is_string(p)) {
-            (void) ngx_http_rlm_loop_str(loop, &sc->items[i].prompt,
-                                         json_string_value(p),
-                                         json_string_length(p));
-
-        } else {
-            char  *dump = json_dumps(p, JSON_COMPACT|JSON_ENCODE_ANY);
-
-            if (dump) {
-                (void) ngx_http_rlm_loop_str(loop, &sc->items[i].prompt,
-                                             dump, ngx_strlen(dump));
-                free(dump);
-            }
-        }
-
-        if (ngx_http_rlm_subcall_start_item(sc, &sc->items[i], child)
-            != NGX_OK)
-        {
-            ngx_str_t  err = ngx_string("the call could not be started");
-
-            ngx_http_rlm_subcall_item_done(&sc->items[i], 0, &err, NULL);
-
-            if (sc->pending == 0) {
-                /* answered already */
-                return NGX_OK;
-            }
-        }
-    }
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_rlm_subcall_start_item(ngx_http_rlm_subcall_t *sc,
-    ngx_http_rlm_subitem_t *it, ngx_uint_t child)
-{
-    json_t               *req;
-    ngx_int_t             rc;
-    ngx_str_t            *pr;
-    ngx_http_rlm_loop_t  *loop, *ch;
-
-    loop = sc->loop;
-    pr = &it->prompt;
-    it->started = ngx_current_msec;
-
-    if (pr->data == NULL) {
-        return NGX_ERROR;
-    }
-
-    if (child) {
-        ch = ngx_pcalloc(loop->pool, sizeof(ngx_http_rlm_loop_t));
-        if (ch == NULL) {
-            return NGX_ERROR;
-        }
-
-        ch->request = loop->request;
-        ch->conf = loop->conf;
-        ch->tree = loop->tree;
-        ch->parent = loop;
-        ch->provider = loop->provider;
-        ch->root_model = sc->model;
-        ch->sub_model = loop->sub_model;
-        ch->sampling = loop->sampling ? json_incref(loop->sampling) : NULL;
-        ch->depth = loop->depth + 1;
-        ch->max_iterations = loop->max_iterations;
-        ch->max_depth = loop->max_depth;
-        ch->query.data = pr->data;
-        ch->query.len = ngx_min(pr->len, NGX_HTTP_RLM_QUERY_MAX);
-        ch->context = json_stringn((char *) pr->data, pr->len);
-        ch->done = ngx_http_rlm_subcall_child_done;
-        ch->progress = loop->progress;
-        ch->data = loop->data;
-        ch->child_of = it;
-
-        it->child = ch;
-        it->running = 1;
-
-        if (ngx_http_rlm_loop_start(ch) != NGX_OK) {
-            it->running = 0;
-            it->child = NULL;
-            ngx_http_rlm_loop_cancel(ch);
-            return NGX_ERROR;
-        }
-
-        return NGX_OK;
-    }
-
-    req = json_pack("{s:[{s:s, s:s%}]}", "messages", "role", "user",
-                    "content", (char *) pr->data, pr->len);
-    if (req == NULL) {
-        return NGX_ERROR;
-    }
-
-    if (sc->model.len) {
-        json_object_set_new(req, "model",
-                            json_stringn((char *) sc->model.data,
-                                         sc->model.len));
-    }
-
-    it->call.provider = loop->provider;
-    it->call.group = &loop->tree->group;
-    it->call.pool = loop->pool;
-    it->call.log = loop->log;
-    it->call.deadline = loop->tree->deadline;
-    it->call.done = ngx_http_rlm_subcall_llm_done;
-    it->call.data = it;
-
-    it->running = 1;
-
-    rc = ngx_http_rlm_llm_start(&it->call, req);
-
-    json_decref(req);
-
-    if (rc != NGX_OK) {
-        it->running = 0;
-        return NGX_ERROR;
-    }
-
-    return NGX_OK;
-}
-
-
-static void
-ngx_http_rlm_subcall_llm_done(ngx_http_rlm_llm_call_t *call)
-{
-    ngx_str_t                err;
-    ngx_connection_t        *c;
-    ngx_http_rlm_subitem_t  *it = call->data;
-
-    it->running = 0;
-    c = it->subcall->loop->request->connection;
-
-    ngx_http_rlm_enter_handler();
-
-    ngx_http_rlm_loop_count(it->subcall->loop, call);
-
-    if (call->error == NGX_HTTP_RLM_LLM_OK) {
-        ngx_http_rlm_subcall_item_done(it, 1, &call->content, call);
-
-    } else {
-        err = call->message;
-        ngx_http_rlm_subcall_item_done(it, 0, &err, call);
-    }
-
-    ngx_http_rlm_leave_handler();
-
-    ngx_http_run_posted_requests(c);
-}
-
-
-static void
-ngx_http_rlm_subcall_child_done(ngx_http_rlm_loop_t *child)
-{
-    ngx_str_t                err;
-    ngx_http_rlm_subitem_t  *it = child->child_of;
-
-    it->running = 0;
-
-    if (child->error_status) {
-        err.data = child->error_message ? child->error_message
-                                        : (u_char *) "the child RLM failed";
-        err.len = ngx_strlen(err.data);
-        ngx_http_rlm_subcall_item_done(it, 0, &err, NULL);
-        return;
-    }
-
-    ngx_http_rlm_subcall_item_done(it, 1, &child->answer, NULL);
-}
-
-
-static void
-ngx_http_rlm_subcall_item_done(ngx_http_rlm_subitem_t *it, ngx_uint_t ok,
-    ngx_str_t *text, ngx_http_rlm_llm_call_t *call)
-{
-    json_t                  *item, *rec;
-    ngx_http_rlm_loop_t     *loop;
-    ngx_http_rlm_subcall_t  *sc;
-
-    sc = it->subcall;
-    loop = sc->loop;
-
-    if (ok) {
-        item = json_pack("{s:b, s:s%}", "ok", 1, "result",
-                         (char *) text->data, text->len);
-
-    } else {
-        item = json_pack("{s:b, s:s%}", "ok", 0, "error",
-                         (char *) text->data, text->len);
-    }
-
-    json_array_set_new(sc->results, it->index,
-                       item ? item : json_null());
-
-    if (loop->block_calls && sc->ev == loop->cell) {
-        rec = json_pack("{s:s, s:s%, s:s%, s:s%, s:I, s:I, s:f}",
-                        "fn", sc->fn,
-                        "model", sc->model.len ? (char *) sc->model.data
-                                               : "",
-                        sc->model.len,
-                        "prompt", it->prompt.data ? (char *) it->prompt.data
-                                                  : "",
-                        it->prompt.len,
-                        "response", (char *) text->data, text->len,
-                        "prompt_tokens",
-                        (json_int_t) (call ? call->prompt_tokens : 0),
-                        "completion_tokens",
-                        (json_int_t) (call ? call->completion_tokens : 0),
-                        "execution_time",
-                        (double) (ngx_current_msec - it->started) / 1000.0);
-        if (rec) {
-            json_array_append_new(loop->block_calls, rec);
-        }
-    }
-
-    if (--sc->pending == 0) {
-        ngx_http_rlm_subcall_answer(sc);
-    }
-}
-
-
-/* all prompts answered: the reply frame, and the sub-call is over */
-
-static void
-ngx_http_rlm_subcall_answer(ngx_http_rlm_subcall_t *sc)
-{
-    json_t               *reply, *first;
-    ngx_http_rlm_loop_t  *loop;
-
-    loop = sc->loop;
-
-    if (sc->batched) {
-        reply = json_pack("{s:s, s:O, s:b, s:O}", "op", "reply",
-                          "id", sc->id, "ok", 1, "result", sc->results);
-
-    } else {
-        first = json_array_get(sc->results, 0);
-
-        if (json_is_true(json_object_get(first, "ok"))) {
-            reply = json_pack("{s:s, s:O, s:b, s:O}", "op", "reply",
-                              "id", sc->id, "ok", 1,
-                              "result", json_object_get(first, "result"));
-
-        } else {
-            reply = json_pack("{s:s, s:O, s:b, s:O}", "op", "reply",
-                              "id", sc->id, "ok", 0,
-                              "error", json_object_get(first, "error")
-                                       ? json_object_get(first, "error")
-                                       : json_string("the call failed"));
-        }
-    }
-
-    /* children may have changed the shared dict */
-
-    if (reply && ngx_strncmp(sc->fn, "rlm_", 4) == 0
-        && json_object_size(loop->tree->state))
-    {
-        json_object_set(reply, "state", loop->tree->state);
-    }
-
-    ngx_queue_remove(&sc->link);
-
-    if (reply) {
-        (void) ngx_http_rlm_eval_reply(sc->ev, reply);
-        json_decref(reply);
-    }
-
-    json_decref(sc->results);
-    json_decref(sc->id);
-    sc->results = NULL;
-    sc->id = NULL;
-}
-
-
-static void
-ngx_http_rlm_subcall_cancel(ngx_http_rlm_subcall_t *sc)
-{
-    ngx_uint_t               i;
-    ngx_http_rlm_subitem_t  *it;
-
-    ngx_queue_remove(&sc->link);
-
-    for (i = 0; i < sc->n; i++) {
-        it = &sc->items[i];
-
-        if (!it->running) {
-            continue;
-        }
-
-        it->running = 0;
-
-        if (it->child) {
-            ngx_http_rlm_loop_cancel(it->child);
-
-        } else {
-            ngx_http_rlm_llm_cancel(&it->call);
-        }
-    }
-
-    json_decref(sc->results);
-    json_decref(sc->id);
-    sc->results = NULL;
-    sc->id = NULL;
-}
-
-
-static ngx_int_t
-ngx_http_rlm_subcall_refuse(ngx_http_rlm_eval_t *ev, json_t *id,
-    const char *message)
-{
-    json_t     *reply;
-    ngx_int_t   rc;
-
-    reply = json_pack("{s:s, s:O, s:b, s:s}", "op", "reply",
-                      "id", id ? id : json_null(), "ok", 0,
-                      "error", message);
-    if (reply == NULL) {
-        return NGX_ERROR;
-    }
-
-    rc = ngx_http_rlm_eval_reply(ev, reply);
-    json_decref(reply);
-
-    return (rc == NGX_ERROR) ? NGX_ERROR : NGX_OK;
 }

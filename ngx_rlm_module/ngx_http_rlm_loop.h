@@ -143,6 +143,24 @@ ngx_int_t ngx_http_rlm_loop_start(ngx_http_rlm_loop_t *loop);
 void ngx_http_rlm_loop_cancel(ngx_http_rlm_loop_t *loop);
 json_t *ngx_http_rlm_loop_usage(ngx_http_rlm_tree_t *tree);
 
+/* for ngx_http_rlm_subcall.c */
+ngx_int_t ngx_http_rlm_loop_start_call(ngx_http_rlm_loop_t *loop,
+    ngx_http_rlm_llm_call_t *call, json_t *req,
+    ngx_http_rlm_llm_done_pt done, void *data);
+void ngx_http_rlm_loop_count(ngx_http_rlm_loop_t *loop,
+    ngx_http_rlm_llm_call_t *call);
+ngx_msec_t ngx_http_rlm_loop_remaining(ngx_http_rlm_loop_t *loop);
+void ngx_http_rlm_loop_merge_state(ngx_http_rlm_tree_t *tree,
+    json_t *delta);
+ngx_int_t ngx_http_rlm_loop_str(ngx_http_rlm_loop_t *loop, ngx_str_t *dst,
+    const char *src, size_t len);
+
+/* ngx_http_rlm_subcall.c */
+ngx_int_t ngx_http_rlm_subcall_handler(ngx_http_rlm_eval_t *ev,
+    json_t *call);
+void ngx_http_rlm_subcalls_cancel(ngx_http_rlm_loop_t *loop,
+    ngx_http_rlm_eval_t *ev);
+
 /* ngx_http_rlm_prompt.c */
 extern ngx_str_t  ngx_http_rlm_default_system_prompt;
 

@@ -214,9 +214,12 @@ typedef struct {
     ngx_str_t                   cell_status;
     off_t                       body_cap;          /* 0: not ours */
     off_t                       body_received;
-    ngx_uint_t                  sandbox_us;
+    ngx_uint_t                  sandbox_us;        /* a completion: sum */
+    ngx_uint_t                  iterations;        /* of a completion */
+    uint64_t                    tokens;
     unsigned                    has_session:1;
     unsigned                    has_sandbox_time:1;
+    unsigned                    has_completion:1;
 } ngx_http_rlm_ctx_t;
 
 
@@ -438,6 +441,7 @@ ngx_int_t ngx_http_rlm_control(ngx_pool_t *pool, ngx_log_t *log,
     json_t *req, ngx_msec_t timeout, ngx_http_rlm_control_pt handler,
     void *data);
 void ngx_http_rlm_control_release(ngx_log_t *log, u_char *sandbox);
+void ngx_http_rlm_control_interrupt(ngx_log_t *log, u_char *sandbox);
 json_t *ngx_http_rlm_control_limits(ngx_http_rlm_main_conf_t *rmcf);
 
 /* ngx_http_rlm_session.c */

@@ -18,6 +18,8 @@ static ngx_int_t ngx_http_rlm_sandbox_ms_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 
 
+static ngx_int_t ngx_http_rlm_completion_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_rlm_empty_variable(ngx_http_variable_value_t *v);
 
 
@@ -33,6 +35,14 @@ static ngx_http_variable_t  ngx_http_rlm_vars[] = {
 
     { ngx_string("rlm_sandbox_ms"), NULL,
       ngx_http_rlm_sandbox_ms_variable, 0,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("rlm_iterations"), NULL,
+      ngx_http_rlm_completion_variable, 0,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("rlm_tokens"), NULL,
+      ngx_http_rlm_completion_variable, 1,
       NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
@@ -123,6 +133,37 @@ ngx_http_rlm_sandbox_ms_variable(ngx_http_request_t *r,
     v->data = p;
     v->len = ngx_sprintf(p, "%ui.%03ui", ctx->sandbox_us / 1000,
                          ctx->sandbox_us % 1000) - p;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+/* $rlm_iterations (data 0) and $rlm_tokens (1) of a completion */
+
+static ngx_int_t
+ngx_http_rlm_completion_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char              *p;
+    ngx_http_rlm_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_rlm_module);
+
+    if (ctx == NULL || !ctx->has_completion) {
+        return ngx_http_rlm_empty_variable(v);
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_INT64_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    v->data = p;
+    v->len = (data ? ngx_sprintf(p, "%uL", ctx->tokens)
+                   : ngx_sprintf(p, "%ui", ctx->iterations)) - p;
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;

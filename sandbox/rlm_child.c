@@ -108,6 +108,29 @@ rlm_on_xcpu(int signo)
 }
 
 
+/*
+ * The host gave up on the cell (its client went away, its deadline
+ * passed): KeyboardInterrupt at the next bytecode, and the sandbox ends
+ * if the code is still running after the grace period.
+ */
+static void
+rlm_on_interrupt(int signo)
+{
+    int  saved;
+
+    (void) signo;
+    saved = errno;
+
+    if (rlm_armed && rlm_wall_hits == 0) {
+        rlm_wall_hits = 1;
+        PyErr_SetInterruptEx(SIGUSR1);
+        rlm_set_timer(RLM_WALL_GRACE_MS);
+    }
+
+    errno = saved;
+}
+
+
 void
 rlm_child_install_signals(void)
 {
@@ -122,6 +145,9 @@ rlm_child_install_signals(void)
 
     sa.sa_handler = rlm_on_xcpu;
     sigaction(SIGXCPU, &sa, NULL);
+
+    sa.sa_handler = rlm_on_interrupt;
+    sigaction(SIGUSR1, &sa, NULL);
 }
 
 

@@ -6,6 +6,7 @@
  */
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -460,6 +461,32 @@ rlm_op_status(json_t *req)
 }
 
 
+/*
+ * A running cell is abandoned by its host: SIGUSR1 makes it raise
+ * KeyboardInterrupt (the sandbox ignores it between cells).
+ */
+static json_t *
+rlm_op_interrupt(json_t *req)
+{
+    rlm_sandbox_t  *sb;
+    const char     *id;
+    int             sent;
+
+    id = json_string_value(json_object_get(req, "sandbox"));
+    sb = id ? rlm_pool_find(id) : NULL;
+
+    if (sb == NULL) {
+        return rlm_error("unknown_sandbox", "no sandbox \"%.40s\"",
+                         id ? id : "");
+    }
+
+    sent = (sb->state == RLM_SB_LIVE && sb->pid > 0
+            && kill(sb->pid, SIGUSR1) == 0);
+
+    return json_pack("{s:b,s:b}", "ok", 1, "sent", sent);
+}
+
+
 static json_t *
 rlm_op_stats(void)
 {
@@ -527,6 +554,10 @@ rlm_handle(unsigned idx, json_t *req, json_t *seq)
 
     if (strcmp(op, "stats") == 0) {
         return rlm_op_stats();
+    }
+
+    if (strcmp(op, "interrupt") == 0) {
+        return rlm_op_interrupt(req);
     }
 
     if (strcmp(op, "release") == 0) {

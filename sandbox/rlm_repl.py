@@ -54,8 +54,15 @@ def _on_timer(signum, frame):
         raise TimeoutError("cell exceeded its wall time limit")
 
 
+def _on_interrupt(signum, frame):
+    # the host gave up on the cell (op "interrupt" of the manager)
+    if _rlm.armed():
+        raise KeyboardInterrupt("the host interrupted the cell")
+
+
 signal.signal(signal.SIGALRM, _on_timer)
 signal.signal(signal.SIGXCPU, _on_timer)
+signal.signal(signal.SIGUSR1, _on_interrupt)
 
 
 # --- output capture -------------------------------------------------------

@@ -30,6 +30,9 @@
 #include "rlm_frame.h"
 
 
+#define RLM_LOCK_WAIT_MS  10000
+
+
 extern char **environ;
 
 rlm_conf_t  rlm_conf;
@@ -427,6 +430,36 @@ rlm_scrub_environment(char **argv)
 }
 
 
+/*
+ * The runtime directory is ours alone.  A manager that was just told to
+ * stop (nginx restarted) may take a few seconds to reap its sandboxes and
+ * free the lock: wait for it rather than fail at once.
+ */
+static int
+rlm_lock_runtime(int fd, const char *dir)
+{
+    int  i;
+
+    for (i = 0; i < RLM_LOCK_WAIT_MS / 50; i++) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            return 0;
+        }
+
+        if (errno != EWOULDBLOCK && errno != EINTR) {
+            return -1;
+        }
+
+        if (i == 0) {
+            rlm_log("waiting for the rlm-sandboxd on %s to exit", dir);
+        }
+
+        usleep(50 * 1000);
+    }
+
+    return -1;
+}
+
+
 int
 main(int argc, char **argv)
 {
@@ -499,7 +532,7 @@ main(int argc, char **argv)
     rlm_join(path, sizeof(path), conf->runtime_dir, "/manager.lock");
     lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 
-    if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
+    if (lockfd < 0 || rlm_lock_runtime(lockfd, conf->runtime_dir) != 0) {
         rlm_log("another rlm-sandboxd runs on %s", conf->runtime_dir);
         return 1;
     }

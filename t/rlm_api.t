@@ -397,3 +397,85 @@ lines 3 metadata script:root mock 30 true
 1: iteration 1 prompt 2 blocks 1 final userdata: NULL
 block: "echo: sub?\n" calls 1 echo sub? number
 2: 2 prompt 4 final traj done time number
+
+
+
+=== TEST 11: a client that goes away while a block computes: the block is interrupted, the interpreter lives on
+--- http_config
+    rlm_cell_timeout 60s;
+    rlm_cell_cpu_time 60s;
+--- config
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            local rlmt = require "rlmt"
+            local cjson = require "cjson"
+            l.script("root", {
+                { content = l.repl("kept = 'still here'",
+                                   "answer.update(content='a', ready=True)") },
+                { content = l.repl("started = True", "while True:", "    pass") },
+                { content = l.repl("answer.update(content=kept + ' '"
+                                   .. " + str(started), ready=True)") },
+            })
+            local res = l.complete(l.ask("a", { context = "x" }))
+            local id = res.headers["x-rlm-session-id"]
+            local _, err = rlmt.http("POST", "/v1/chat/completions",
+                cjson.encode(l.ask("b", { context = "x" })),
+                { ["X-RLM-Session-Id"] = id }, { abort_after = 1 })
+            ngx.say("aborted: ", err)
+            -- without the interrupt the spinning block holds the sandbox
+            -- for its 60 s and this call times out after 15 s
+            res = rlmt.http("POST", "/v1/chat/completions",
+                cjson.encode(l.ask("c", { context = "x" })),
+                { ["X-RLM-Session-Id"] = id }, { timeout = 15000 })
+            ngx.say(res and res.status, " ", res and l.answer(res))
+        }
+    }
+--- request
+GET /t
+--- timeout: 30
+--- response_body
+aborted: aborted
+200 still here True
+
+
+
+=== TEST 12: access log variables of a completion: session, iterations, tokens, sandbox time
+--- http_config
+    log_format rlmc 'S=$rlm_session_id I=$rlm_iterations T=$rlm_tokens '
+                    'MS=$rlm_sandbox_ms';
+--- config
+    # no completions location
+    location = /v1/chat/completions {
+        access_log logs/completions.log rlmc;
+        rlm_completions;
+    }
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            local u = { prompt_tokens = 40, completion_tokens = 2,
+                        total_tokens = 42 }
+            l.script("root", {
+                { content = l.repl("x = 1"), usage = u },
+                { content = l.repl("answer.update(content='v', ready=True)"),
+                  usage = u },
+            })
+            local res = l.complete(l.ask("go", { context = "x" }))
+            -- the log line is written just after the answer went out
+            local line
+            for _ = 1, 100 do
+                local f = io.open(ngx.config.prefix() .. "logs/completions.log")
+                line = f and f:read("*l")
+                if f then f:close() end
+                if line then break end
+                ngx.sleep(0.02)
+            end
+            local s, i, t, ms = line:match("^S=(%x+) I=(%d+) T=(%d+) MS=([%d.]+)$")
+            ngx.say(s == res.headers["x-rlm-session-id"], " ", i, " ", t, " ",
+                    tonumber(ms) > 0)
+        }
+    }
+--- request
+GET /t
+--- response_body
+true 2 84 true

@@ -6,6 +6,8 @@ package SandboxUtil;
 #     use FindBin; use lib $FindBin::Bin; use SandboxUtil;
 
 use strict;
+use Cwd ();
+use File::Basename ();
 use warnings;
 
 use Exporter 'import';
@@ -18,9 +20,11 @@ use Time::HiRes qw( sleep time );
 our @EXPORT = qw( $CTL $SANDBOXD require_root ctl_run cells start_manager
                   stop_manager remove_runtime_dir connect_sock send_frame recv_frame request
                   control channel_request proc_children proc_alive
-                  cgroup_dirs wait_until json_enc json_dec );
+                  cgroup_dirs wait_until json_enc json_dec slurp );
 
-my $root = $ENV{RLM_ROOT} || '/work/main';
+# the checkout this file is in (t/sandbox/..)
+my $root = $ENV{RLM_ROOT}
+           || Cwd::abs_path(File::Basename::dirname(__FILE__) . '/../..');
 
 our $CTL = $ENV{RLM_SANDBOXCTL} || "$root/build/bin/rlm-sandboxctl";
 our $SANDBOXD = $ENV{RLM_SANDBOXD} || "$root/build/bin/rlm-sandboxd";

@@ -43,14 +43,33 @@ sleep 0.5;
 ok(!-e "$dir/s/0000dead0001.sock", 'stale sandbox socket removed');
 ok(-S "$dir/control.sock", 'control socket replaced by a live one');
 
-# a second manager on the same directory refuses to start
-my $second = system("$SANDBOXD --runtime-dir $dir --pool 0 2>/dev/null");
-isnt($second, 0, 'a second manager on the same runtime dir exits');
+# a second manager on the same directory does not take it over: it waits
+# (as after an nginx restart, while the old one still reaps its
+# sandboxes) and serves once the first one has gone
+my $second = fork();
+if ($second == 0) {
+    open(STDERR, '>', "$dir.second.log");
+    exec $SANDBOXD, '--runtime-dir', $dir, '--pool', '0', '--cgroup-name',
+        $cg or exit 99;
+}
+sleep 0.5;
 ok(control("$dir/control.sock", { op => 'ping' })->{ok},
    'the first one still serves');
+is(waitpid($second, WNOHANG), 0, 'the second one waits');
+like(slurp("$dir.second.log"), qr/waiting for the rlm-sandboxd on /,
+     'and says so');
 kill 'TERM', $pid;
 waitpid($pid, 0);
 is($? >> 8, 0, 'SIGTERM: clean exit');
+ok(wait_until(sub { -S "$dir/control.sock"
+                    && (eval { control("$dir/control.sock",
+                                       { op => 'ping' })->{ok} } // 0) },
+              10),
+   'the second one takes over once the first has gone');
+kill 'TERM', $second;
+waitpid($second, 0);
+is($? >> 8, 0, 'the second one exits cleanly too');
+unlink "$dir.second.log";
 ok(!-e "$dir/control.sock", 'control socket removed on exit');
 
 # release: nothing left
