@@ -18,6 +18,12 @@
 #include "ngx_http_rlm_module.h"
 
 
+/* idle sessions expired per janitor tick: 16 per batch, 256 at most */
+#define NGX_HTTP_RLM_EXPIRE_BATCHES  16
+
+
+static ngx_uint_t ngx_http_rlm_session_expire_batch(ngx_http_rlm_zone_t *z,
+    time_t idle, ngx_log_t *log);
 static void ngx_http_rlm_session_rbtree_insert(ngx_rbtree_node_t *temp,
     ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
 static ngx_http_rlm_session_t *ngx_http_rlm_session_lookup_locked(
@@ -830,6 +836,25 @@ void
 ngx_http_rlm_session_expire(ngx_http_rlm_zone_t *z, time_t idle,
     ngx_log_t *log)
 {
+    ngx_uint_t  batches;
+
+    /*
+     * In batches of 16 (the lock is not held while their sandboxes are
+     * released), at most NGX_HTTP_RLM_EXPIRE_BATCHES per janitor tick.
+     */
+
+    for (batches = 0; batches < NGX_HTTP_RLM_EXPIRE_BATCHES; batches++) {
+        if (ngx_http_rlm_session_expire_batch(z, idle, log) < 16) {
+            break;
+        }
+    }
+}
+
+
+static ngx_uint_t
+ngx_http_rlm_session_expire_batch(ngx_http_rlm_zone_t *z, time_t idle,
+    ngx_log_t *log)
+{
     time_t                   now;
     ngx_uint_t               i, n;
     ngx_queue_t             *q;
@@ -872,6 +897,8 @@ ngx_http_rlm_session_expire(ngx_http_rlm_zone_t *z, time_t idle,
 
         ngx_http_rlm_control_release(log, sandboxes[i]);
     }
+
+    return n;
 }
 
 

@@ -96,3 +96,34 @@ session in use: ok "kept\n"
 eval on expired: 404 session_not_found invalid_request_error
 its sandbox is gone: true
 expired metric: true
+
+
+
+=== TEST 3: one janitor pass expires more than a batch of 16 idle sessions
+--- http_config
+    rlm_session_idle_timeout 2s;
+    rlm_max_sessions 100;
+--- config
+    location = /t {
+        content_by_lua_block {
+            local t = require "rlmt"
+            for i = 1, 40 do
+                t.create()
+            end
+            -- the first pass that expires anything expires them all
+            local seen = 0
+            for i = 1, 200 do
+                seen = t.metrics()["rlm_sessions_expired_total"] or 0
+                if seen > 0 then break end
+                ngx.sleep(0.05)
+            end
+            ngx.say("expired in one pass: ", seen)
+            ngx.say("left: ", #t.http("GET", "/v1/sessions").json.data)
+        }
+    }
+--- request
+GET /t
+--- timeout: 60
+--- response_body
+expired in one pass: 40
+left: 0
