@@ -14,10 +14,14 @@
 
 #include "ngx_http_rlm_loop.h"
 #include "ngx_http_rlm_trajectory.h"
+#include "ngx_http_rlm_jsonstr.h"
 
 
 #define NGX_HTTP_RLM_CHAT_KEEPALIVE   10000
 #define NGX_HTTP_RLM_CHAT_BODY_SLACK  (1024 * 1024)
+
+/* bodies this large look for a "context" string before a full parse */
+#define NGX_HTTP_RLM_CHAT_FAST_MIN    (64 * 1024)
 
 
 typedef struct {
@@ -56,6 +60,8 @@ static char *ngx_http_rlm_chat_prompt_file(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_rlm_chat_handler(ngx_http_request_t *r);
 static void ngx_http_rlm_chat_body(ngx_http_request_t *r);
+static json_t *ngx_http_rlm_chat_load(ngx_http_rlm_chat_t *chat,
+    ngx_str_t *body, json_error_t *jerr);
 static ngx_int_t ngx_http_rlm_chat_parse(ngx_http_request_t *r,
     ngx_http_rlm_chat_t *chat, json_t *req);
 static ngx_int_t ngx_http_rlm_chat_text(json_t *content, ngx_pool_t *pool,
@@ -504,8 +510,7 @@ ngx_http_rlm_chat_body(ngx_http_request_t *r)
         goto done;
     }
 
-    req = json_loadb((char *) body.data, body.len, JSON_REJECT_DUPLICATES,
-                     &jerr);
+    req = ngx_http_rlm_chat_load(chat, &body, &jerr);
 
     if (!json_is_object(req)) {
         json_decref(req);
@@ -543,6 +548,45 @@ done:
 
     ngx_http_rlm_leave_handler();
     ngx_http_rlm_finalize(r, rc);
+}
+
+
+/*
+ * The request as JSON.  A large "context" string is taken out first, at
+ * memory speed and decoded in place (held once); the rest, small, goes to
+ * jansson with "context": "" in its place.
+ */
+
+static json_t *
+ngx_http_rlm_chat_load(ngx_http_rlm_chat_t *chat, ngx_str_t *body,
+    json_error_t *jerr)
+{
+    u_char  *rest, *p, *text;
+    size_t   text_len, cut, cut_len;
+
+    if (body->len < NGX_HTTP_RLM_CHAT_FAST_MIN
+        || ngx_http_rlm_json_take_string(body->data, body->len, "context",
+                                         &text, &text_len, &cut, &cut_len)
+           != 0)
+    {
+        return json_loadb((char *) body->data, body->len,
+                          JSON_REJECT_DUPLICATES, jerr);
+    }
+
+    rest = ngx_pnalloc(chat->request->pool, body->len - cut_len + 2);
+    if (rest == NULL) {
+        return NULL;
+    }
+
+    p = ngx_cpymem(rest, body->data, cut);
+    *p++ = '"';
+    *p++ = '"';
+    p = ngx_cpymem(p, body->data + cut + cut_len, body->len - cut - cut_len);
+
+    chat->loop.context_text.data = text;
+    chat->loop.context_text.len = text_len;
+
+    return json_loadb((char *) rest, p - rest, JSON_REJECT_DUPLICATES, jerr);
 }
 
 

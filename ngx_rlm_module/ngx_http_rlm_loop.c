@@ -419,6 +419,16 @@ ngx_http_rlm_loop_prepare(ngx_http_rlm_loop_t *loop)
                 ngx_sprintf(name, "context_%uL%Z", loop->turn);
             }
 
+            if (loop->context_text.data) {
+                frame = json_pack("{s:s, s:s, s:s}", "op", "load_context",
+                                  "name", (char *) name, "format", "text");
+
+                return ngx_http_rlm_loop_sandbox(loop, frame,
+                                                 loop->context_text.data,
+                                                 loop->context_text.len,
+                                                 NGX_HTTP_RLM_LOOP_OP_TIMEOUT);
+            }
+
             if (json_is_string(loop->context)) {
                 frame = json_pack("{s:s, s:s, s:s}", "op", "load_context",
                                   "name", (char *) name, "format", "text");

@@ -87,6 +87,7 @@ struct ngx_http_rlm_loop_s {
     ngx_uint_t                  max_depth;
     ngx_str_t                   query;
     json_t                     *context;       /* stolen by the loop */
+    ngx_str_t                   context_text;  /* instead: text in memory */
     json_t                     *history;       /* earlier turns, or NULL */
     ngx_http_rlm_session_t     *session;       /* referenced, or NULL */
     uint64_t                    turn;          /* completion number */

@@ -266,9 +266,10 @@ ngx_http_rlm_prompt_describe(ngx_http_rlm_loop_t *loop, json_t *ctx,
     ngx_str_t *out)
 {
     u_char      *p, *last;
-    size_t       i, n, lines, len;
+    size_t       i, n, lines, len, chars;
     json_t      *item;
-    const char  *s;
+    uint64_t     w;
+    const char  *s, *nl;
 
     p = ngx_pnalloc(loop->pool, 512);
     if (p == NULL) {
@@ -279,19 +280,44 @@ ngx_http_rlm_prompt_describe(ngx_http_rlm_loop_t *loop, json_t *ctx,
     out->data = p;
     last = p + 512;
 
-    if (json_is_string(ctx)) {
-        s = json_string_value(ctx);
-        len = json_string_length(ctx);
-        lines = (len > 0);
+    if (loop->context_text.data || json_is_string(ctx)) {
+        if (loop->context_text.data) {
+            s = (const char *) loop->context_text.data;
+            len = loop->context_text.len;
 
-        for (i = 0; i < len; i++) {
-            if (s[i] == '\n' && i + 1 < len) {
+        } else {
+            s = json_string_value(ctx);
+            len = json_string_length(ctx);
+        }
+
+        lines = (len > 0);
+        nl = s;
+
+        while ((nl = memchr(nl, '\n', len - (nl - s))) != NULL) {
+            if (++nl < s + len) {
                 lines++;
             }
         }
 
+        /*
+         * Characters as Python counts them: bytes that are not UTF-8
+         * continuation bytes (10xxxxxx), eight at a time.
+         */
+
+        chars = len;
+
+        for (i = 0; i + 8 <= len; i += 8) {
+            ngx_memcpy(&w, s + i, 8);
+            chars -= __builtin_popcountll(w & ~(w << 1)
+                                          & 0x8080808080808080ULL);
+        }
+
+        for ( /* void */ ; i < len; i++) {
+            chars -= ((u_char) s[i] & 0xc0) == 0x80;
+        }
+
         p = ngx_slprintf(p, last, "It is a str of %uz characters in %uz "
-                         "lines.", len, lines);
+                         "lines.", chars, lines);
 
     } else if (json_is_array(ctx)) {
         n = json_array_size(ctx);

@@ -216,7 +216,11 @@ ngx_http_rlm_set_header(ngx_http_request_t *r, const char *name,
 }
 
 
-/* the whole request body in one piece of memory, from buffers or file */
+/*
+ * The whole request body in one piece of memory, from buffers or file.
+ * It may be the request's own buffer: callers may change it in place but
+ * not write past its end.
+ */
 
 ngx_int_t
 ngx_http_rlm_read_body(ngx_http_request_t *r, ngx_str_t *body)
@@ -231,6 +235,16 @@ ngx_http_rlm_read_body(ngx_http_request_t *r, ngx_str_t *body)
     body->data = (u_char *) "";
 
     if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        return NGX_OK;
+    }
+
+    /* one buffer in memory (the common case): no copy */
+
+    b = r->request_body->bufs->buf;
+
+    if (r->request_body->bufs->next == NULL && !b->in_file) {
+        body->data = b->pos;
+        body->len = b->last - b->pos;
         return NGX_OK;
     }
 

@@ -1,7 +1,8 @@
 
 /*
- * Unit tests of the response parser (ngx_http_rlm_parse.c) and the SSE
- * parser (ngx_http_rlm_sse.c).  Prints TAP; t/unit_parse.t runs it.
+ * Unit tests of the response parser (ngx_http_rlm_parse.c), the SSE
+ * parser (ngx_http_rlm_sse.c) and the context string extractor
+ * (ngx_http_rlm_jsonstr.c).  Prints TAP; t/unit_parse.t runs it.
  */
 
 
@@ -11,6 +12,7 @@
 
 #include "ngx_http_rlm_parse.h"
 #include "ngx_http_rlm_sse.h"
+#include "ngx_http_rlm_jsonstr.h"
 
 
 static int  tests;
@@ -333,6 +335,98 @@ test_sse(void)
 }
 
 
+/* take "context" out of doc: the decoded value and what remains */
+
+static int
+take(const char *doc, const char *want_value, const char *want_rest)
+{
+    int             rc;
+    char            rest[512];
+    size_t          len, vlen, cut, cut_len;
+    unsigned char   buf[512], *v;
+
+    len = strlen(doc);
+    memcpy(buf, doc, len);
+
+    rc = ngx_http_rlm_json_take_string(buf, len, "context", &v, &vlen, &cut,
+                                       &cut_len);
+
+    if (want_value == NULL) {
+        if (rc == 0 || memcmp(buf, doc, len) != 0) {
+            printf("# \"%s\": taken, or the buffer changed\n", doc);
+            return 0;
+        }
+
+        return 1;
+    }
+
+    if (rc != 0) {
+        printf("# \"%s\": not taken\n", doc);
+        return 0;
+    }
+
+    if (vlen != strlen(want_value) || memcmp(v, want_value, vlen) != 0) {
+        printf("# \"%s\": value \"%.*s\"\n", doc, (int) vlen, v);
+        return 0;
+    }
+
+    /* what the caller parses: the document with "" for the value */
+    snprintf(rest, sizeof(rest), "%.*s\"\"%s", (int) cut, doc,
+             doc + cut + cut_len);
+
+    if (strcmp(rest, want_rest) != 0) {
+        printf("# \"%s\": rest \"%s\"\n", doc, rest);
+        return 0;
+    }
+
+    return 1;
+}
+
+
+static void
+test_jsonstr(void)
+{
+    ok(take("{\"context\":\"abc\"}", "abc", "{\"context\":\"\"}"),
+       "context: a plain string");
+    ok(take(" {\"a\": 1, \"context\" : \"x\\ny\\t\\\"q\\\" \\\\ \\/\", "
+            "\"b\": [1, {\"c\": null}]}\n",
+            "x\ny\t\"q\" \\ /",
+            " {\"a\": 1, \"context\" : \"\", \"b\": [1, {\"c\": null}]}\n"),
+       "context: escapes decoded, the other members kept");
+    ok(take("{\"context\":\"\\u00e9\\u20ac\\ud83d\\ude00\\u0041\"}",
+            "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80" "A",
+            "{\"context\":\"\"}"),
+       "context: \\u escapes and a surrogate pair to UTF-8");
+    ok(take("{\"rlm\":{\"context\":\"inner\"},\"m\":\"}{[\\\"\","
+            "\"context\":\"outer\"}", "outer",
+            "{\"rlm\":{\"context\":\"inner\"},\"m\":\"}{[\\\"\","
+            "\"context\":\"\"}"),
+       "context: only the top-level member; brackets inside strings skipped");
+    ok(take("{\"messages\":[]}", NULL, NULL),
+       "context: absent, buffer untouched");
+    ok(take("{\"context\":[\"a\"]}", NULL, NULL),
+       "context: not a string");
+    ok(take("{\"context\":\"a\",\"context\":\"b\"}", NULL, NULL),
+       "context: twice is left to the parser (it refuses)");
+    ok(take("{\"con\\u0074ext\":\"a\"}", NULL, NULL),
+       "context: an escaped key is not matched");
+    ok(take("{\"context\":\"bad \\q escape\"}", NULL, NULL),
+       "context: a bad escape is left to the parser, buffer untouched");
+    ok(take("{\"context\":\"\\ud800 alone\"}", NULL, NULL),
+       "context: a lone surrogate is left to the parser");
+    ok(take("{\"context\":\"raw \x01 control\"}", NULL, NULL),
+       "context: a raw control character is left to the parser");
+    ok(take("{\"context\":\"unterminated}", NULL, NULL),
+       "context: an unterminated string");
+    ok(take("{\"context\":\"a\"} trailing", NULL, NULL),
+       "context: text after the object");
+    ok(take("[\"context\",\"a\"]", NULL, NULL),
+       "context: not an object");
+    ok(take("{\"a\": tru\"context\":\"x\"}", NULL, NULL),
+       "context: a broken member before it stops the search");
+}
+
+
 int
 main(void)
 {
@@ -340,6 +434,7 @@ main(void)
     test_final();
     test_truncate();
     test_sse();
+    test_jsonstr();
 
     printf("1..%d\n", tests);
 

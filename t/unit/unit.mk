@@ -15,9 +15,11 @@ UNIT_FLAGS := -g -O1 -Wall -Wextra -Werror -fno-omit-frame-pointer \
               -Ingx_rlm_module
 
 PARSERS    := ngx_rlm_module/ngx_http_rlm_parse.c \
-              ngx_rlm_module/ngx_http_rlm_sse.c
+              ngx_rlm_module/ngx_http_rlm_sse.c \
+              ngx_rlm_module/ngx_http_rlm_jsonstr.c
 PARSER_HS  := ngx_rlm_module/ngx_http_rlm_parse.h \
-              ngx_rlm_module/ngx_http_rlm_sse.h
+              ngx_rlm_module/ngx_http_rlm_sse.h \
+              ngx_rlm_module/ngx_http_rlm_jsonstr.h
 
 .PHONY: unit check fuzz
 
@@ -30,9 +32,9 @@ $(UNIT_BUILD)/parse_test: t/unit/parse_test.c $(PARSERS) $(PARSER_HS)
 	@mkdir -p $(UNIT_BUILD)
 	$(UNIT_CC) $(UNIT_FLAGS) -o $@ t/unit/parse_test.c $(PARSERS)
 
-fuzz: $(FUZZ_BUILD)/fuzz_parse $(FUZZ_BUILD)/fuzz_sse
+fuzz: $(FUZZ_BUILD)/fuzz_parse $(FUZZ_BUILD)/fuzz_sse $(FUZZ_BUILD)/fuzz_jsonstr
 
 $(FUZZ_BUILD)/fuzz_%: t/fuzz/fuzz_%.c $(PARSERS) $(PARSER_HS)
 	@mkdir -p $(FUZZ_BUILD)
 	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined \
-	    -Ingx_rlm_module -o $@ $< $(PARSERS)
+	    -Ingx_rlm_module -o $@ $< $(PARSERS) -ljansson
