@@ -124,3 +124,46 @@ anonymous: 401 invalid_api_key invalid_request_error
 alpha: 200 done
 beta in alpha's session: 404 session_not_found invalid_request_error
 alpha again: 200 turn 1
+
+
+
+=== TEST 3: a large context passes the policy without being decoded in Lua, and arrives intact
+--- config
+    # no completions location
+    location = /v1/chat/completions {
+        client_body_buffer_size 64k;
+        access_by_lua_block { require("rlm.policy").access() }
+        rlm_session_owner        $rlm_tenant;
+        rlm_completion_provider  $rlm_provider;
+        rlm_completion_model     $rlm_root_model;
+        rlm_completion_sub_model $rlm_sub_model;
+        rlm_completions;
+    }
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            local cjson = require "cjson"
+            local parts = {}
+            for i = 1, 60000 do
+                parts[i] = 'row ' .. i .. ' "quoted" \\ é'
+            end
+            local ctx = table.concat(parts, "\n")
+            l.script("root", {
+                { content = l.repl(
+                    "import hashlib",
+                    "answer.update(content=hashlib.md5("
+                    .. "context.encode('utf-8')).hexdigest(), ready=True)") },
+            })
+            local body = cjson.encode({ model = "smart", context = ctx,
+                max_completion_tokens = 100000,
+                messages = { { role = "user", content = "go" } } })
+            local res = l.complete(body,
+                                   { Authorization = "Bearer sk-tenant-a-0001" })
+            ngx.say(res.status, " ", l.answer(res) == ngx.md5(ctx), " ",
+                    #body > 1024 * 1024)
+        }
+    }
+--- request
+GET /t
+--- response_body
+200 true true
