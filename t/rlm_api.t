@@ -479,3 +479,75 @@ aborted: aborted
 GET /t
 --- response_body
 true 2 84 true
+
+
+
+=== TEST 13: a large context string with every kind of escape arrives exactly (the fast path)
+--- config
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            local cjson = require "cjson"
+            local parts = {}
+            for i = 1, 4000 do
+                parts[i] = "line " .. i .. ' "q" \\ / tab\t é 😀 \1 '
+            end
+            local ctx = table.concat(parts, "\n")
+            l.script("root", {
+                { content = l.repl(
+                    "import hashlib",
+                    "answer.update(content=str(len(context)) + ' '"
+                    .. " + hashlib.md5(context.encode('utf-8')).hexdigest(),"
+                    .. " ready=True)") },
+            })
+            -- cjson escapes / as \/ and control characters as \u00XX;
+            -- add a surrogate pair by hand
+            local body = cjson.encode(l.ask("go", { context = ctx }))
+            body = body:gsub('😀', '\\ud83d\\ude00', 1)
+            local res = l.complete(body)
+            local chars = select(2, ctx:gsub("[^\128-\191]", ""))
+            ngx.say(res.status, " ", l.answer(res) == chars .. " "
+                                    .. ngx.md5(ctx), " ", #body > 65536)
+            local first = l.requests("script:root")[1].req.messages[2].content
+            ngx.say(first:find("str of " .. chars .. " characters in 4000 lines",
+                               1, true) ~= nil)
+        }
+    }
+--- request
+GET /t
+--- response_body
+200 true true
+true
+
+
+
+=== TEST 14: a large body whose context is not a plain string still works, and a broken one is refused
+--- config
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            local cjson = require "cjson"
+            l.script("root", {
+                { content = l.repl(
+                    "answer.update(content=type(context).__name__ + ' '"
+                    .. " + str(len(context)), ready=True)") },
+            })
+            local items = {}
+            for i = 1, 5000 do items[i] = "item number " .. i end
+            local res = l.complete(cjson.encode(l.ask("go", { context = items })))
+            ngx.say(res.status, " ", l.answer(res))
+            local big = string.rep("x", 70000)
+            res = l.complete('{"messages":[{"role":"user","content":"q"}],'
+                             .. '"context":"' .. big .. '\\q"}')
+            ngx.say(l.envelope(res))
+            res = l.complete('{"messages":[{"role":"user","content":"q"}],'
+                             .. '"context":"' .. big .. '","context":"again"}')
+            ngx.say(l.envelope(res))
+        }
+    }
+--- request
+GET /t
+--- response_body
+200 list 5000
+400 invalid_json invalid_request_error
+400 invalid_json invalid_request_error
