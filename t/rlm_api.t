@@ -551,3 +551,43 @@ GET /t
 200 list 5000
 400 invalid_json invalid_request_error
 400 invalid_json invalid_request_error
+
+
+
+=== TEST 15: the provider's retries: a 429 then an answer completes; a malformed answer is a 502
+--- http_config
+    rlm_provider retrying url=http://127.0.0.1:$TEST_NGINX_SERVER_PORT/mock/v1
+                 model=script:root retries=2 backoff=10ms timeout=10s;
+--- config
+    location = /retrying {
+        rlm_completion_provider retrying;
+        rlm_completions;
+    }
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            local rlmt = require "rlmt"
+            local cjson = require "cjson"
+            l.script("root", {
+                { status = 429, retry_after = 0, error = "slow down" },
+                { content = l.repl("answer.update(content='after a retry', ready=True)") },
+                { body = "{not json" },
+            })
+            local res = rlmt.http("POST", "/retrying",
+                                  cjson.encode(l.ask("a", { context = "x" })))
+            ngx.say(res.status, " ", l.answer(res), " calls ",
+                    res.json.rlm.calls, " requests ", #l.requests("script:root"))
+            res = rlmt.http("POST", "/retrying",
+                            cjson.encode(l.ask("b", { context = "x" })))
+            ngx.say(l.envelope(res))
+        }
+    }
+--- request
+GET /t
+--- response_body
+200 after a retry calls 1 requests 2
+502 provider_malformed_response upstream_error
+--- error_log
+attempt 1 failed (HTTP 429
+--- no_error_log
+[alert]
