@@ -499,11 +499,13 @@ ngx_http_rlm_chat_body(ngx_http_request_t *r)
     chat->created = ngx_time();
     chat->tree.models = json_object();
     chat->tree.state = json_object();
+    chat->tree.deleted = json_object();
 
     cln->handler = ngx_http_rlm_chat_cleanup;
     cln->data = chat;
 
     if (chat->tree.models == NULL || chat->tree.state == NULL
+        || chat->tree.deleted == NULL
         || ngx_http_rlm_read_body(r, &body) != NGX_OK)
     {
         rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -1616,10 +1618,12 @@ ngx_http_rlm_chat_cleanup(void *data)
     json_decref(chat->loop.context);
     json_decref(chat->tree.models);
     json_decref(chat->tree.state);
+    json_decref(chat->tree.deleted);
     chat->loop.sampling = NULL;
     chat->loop.context = NULL;
     chat->tree.models = NULL;
     chat->tree.state = NULL;
+    chat->tree.deleted = NULL;
 }
 
 

@@ -1349,14 +1349,19 @@ ngx_http_rlm_loop_merge_state(ngx_http_rlm_tree_t *tree, json_t *delta)
     json_object_foreach(delta, k, v) {
         if (ngx_strcmp(k, "__deleted__") != 0) {
             json_object_set(tree->state, k, v);
+            json_object_del(tree->deleted, k);
         }
     }
+
+    /* removals reach the other loops of the tree (rlm_query replies) */
 
     gone = json_object_get(delta, "__deleted__");
 
     json_array_foreach(gone, i, v) {
         if (json_is_string(v)) {
             json_object_del(tree->state, json_string_value(v));
+            json_object_set_new(tree->deleted, json_string_value(v),
+                                json_true());
         }
     }
 }

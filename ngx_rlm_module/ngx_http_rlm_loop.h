@@ -53,6 +53,7 @@ struct ngx_http_rlm_tree_s {
     ngx_uint_t                  calls;
     json_t                     *models;            /* per-model usage */
     json_t                     *state;             /* the shared dict */
+    json_t                     *deleted;           /* keys removed: set */
     ngx_str_t                   owner;
     ngx_uint_t                  loops;             /* live loops */
     const char                 *limit;             /* first limit hit */

@@ -403,7 +403,8 @@ ngx_http_rlm_subcall_item_done(ngx_http_rlm_subitem_t *it, ngx_uint_t ok,
 static void
 ngx_http_rlm_subcall_answer(ngx_http_rlm_subcall_t *sc)
 {
-    json_t               *reply, *first;
+    json_t               *reply, *first, *keys, *v;
+    const char           *k;
     ngx_http_rlm_loop_t  *loop;
 
     loop = sc->loop;
@@ -430,10 +431,20 @@ ngx_http_rlm_subcall_answer(ngx_http_rlm_subcall_t *sc)
 
     /* children may have changed the shared dict */
 
-    if (reply && ngx_strncmp(sc->fn, "rlm_", 4) == 0
-        && json_object_size(loop->tree->state))
-    {
-        json_object_set(reply, "state", loop->tree->state);
+    if (reply && ngx_strncmp(sc->fn, "rlm_", 4) == 0) {
+        if (json_object_size(loop->tree->state)) {
+            json_object_set(reply, "state", loop->tree->state);
+        }
+
+        if (json_object_size(loop->tree->deleted)) {
+            keys = json_array();
+
+            json_object_foreach(loop->tree->deleted, k, v) {
+                json_array_append_new(keys, json_string(k));
+            }
+
+            json_object_set_new(reply, "deleted", keys);
+        }
     }
 
     ngx_queue_remove(&sc->link);

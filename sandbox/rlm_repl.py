@@ -293,10 +293,16 @@ def _shared_state():
 
 
 def _take_state(rep):
-    # what the children wrote to the shared dict is visible on return
+    # what the children wrote to (or removed from) the shared dict is
+    # visible on return
     st = rep.get("state")
     if isinstance(st, dict):
         _STATE.update(st)
+    gone = rep.get("deleted")
+    if isinstance(gone, list):
+        for k in gone:
+            if isinstance(k, str):
+                _STATE.pop(k, None)
 
 
 def rlm_query(prompt, model=None):

@@ -311,3 +311,32 @@ GET /t
 --- response_body
 200 root<child<grandchild<leaf answer>>>
 usage 1234 124 1358 calls 4
+
+
+
+=== TEST 10: a key a child deletes from state is gone in the parent too
+--- config
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            l.script("root", {
+                { content = l.repl(
+                    "state['tmp'] = 1",
+                    "state['keep'] = 2",
+                    "rlm_query('clean up')",
+                    "answer.update(content=repr(sorted(state)), ready=True)") },
+            })
+            l.script("child", {
+                { content = l.repl(
+                    "del state['tmp']",
+                    "answer.update(content='ok', ready=True)") },
+            })
+            local res = l.complete(l.ask("go", { context = "x",
+                                   rlm = { sub_model = "script:child" } }))
+            ngx.say(res.status, " ", l.answer(res))
+        }
+    }
+--- request
+GET /t
+--- response_body
+200 ['keep']
