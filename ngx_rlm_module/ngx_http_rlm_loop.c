@@ -23,6 +23,8 @@ static void ngx_http_rlm_loop_cleanup(void *data);
 static void ngx_http_rlm_loop_post(ngx_http_rlm_loop_t *loop);
 static void ngx_http_rlm_loop_step_handler(ngx_event_t *e);
 static void ngx_http_rlm_loop_deadline_handler(ngx_event_t *e);
+static void ngx_http_rlm_loop_stepped(ngx_http_rlm_loop_t *loop,
+    ngx_int_t rc, ngx_connection_t *c);
 static void ngx_http_rlm_loop_opened(ngx_http_rlm_open_t *op);
 static ngx_int_t ngx_http_rlm_loop_prepare(ngx_http_rlm_loop_t *loop);
 static ngx_int_t ngx_http_rlm_loop_sandbox(ngx_http_rlm_loop_t *loop,
@@ -337,6 +339,19 @@ ngx_http_rlm_loop_step_handler(ngx_event_t *e)
         break;
     }
 
+    ngx_http_rlm_loop_stepped(loop, rc, c);
+}
+
+
+/*
+ * The end of every event handler of the loop: an internal failure ends
+ * the completion with a 500, and subrequests posted meanwhile run.
+ */
+
+static void
+ngx_http_rlm_loop_stepped(ngx_http_rlm_loop_t *loop, ngx_int_t rc,
+    ngx_connection_t *c)
+{
     if (rc == NGX_ERROR) {
         ngx_log_error(NGX_LOG_ERR, loop->log, 0,
                       "rlm: completion failed in state %d",
@@ -753,18 +768,7 @@ ngx_http_rlm_loop_root_done(ngx_http_rlm_llm_call_t *call)
         rc = ngx_http_rlm_loop_response(loop);
     }
 
-    if (rc == NGX_ERROR) {
-        ngx_log_error(NGX_LOG_ERR, loop->log, 0,
-                      "rlm: completion failed in state %d",
-                      (int) loop->state);
-        ngx_http_rlm_loop_fail(loop, NGX_HTTP_INTERNAL_SERVER_ERROR,
-                               "server_error", "internal_error",
-                               "the completion failed inside the server");
-    }
-
-    ngx_http_rlm_leave_handler();
-
-    ngx_http_run_posted_requests(c);
+    ngx_http_rlm_loop_stepped(loop, rc, c);
 }
 
 
