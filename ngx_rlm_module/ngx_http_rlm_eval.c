@@ -1321,18 +1321,20 @@ ngx_http_rlm_eval_cleanup(void *data)
     }
 
     if (ev->peer) {
+        ev->peer->done_handler = NULL;
+        ngx_http_rlm_peer_close(ev->peer);
+        ev->peer = NULL;
+
         /*
          * An engine's cell still running is abandoned (client gone,
-         * deadline passed): stop the code, not just its channel.
+         * deadline passed): stop the code, not just its channel.  The
+         * channel is closed first: the sandbox checks that the cell it
+         * interrupts is the one whose connection went away.
          */
 
         if (ev->done && ev->sent && !ev->context) {
             ngx_http_rlm_control_interrupt(ngx_cycle->log, ev->sandbox);
         }
-
-        ev->peer->done_handler = NULL;
-        ngx_http_rlm_peer_close(ev->peer);
-        ev->peer = NULL;
     }
 
     if (ev->waiter) {

@@ -111,17 +111,28 @@ rlm_on_xcpu(int signo)
 /*
  * The host gave up on the cell (its client went away, its deadline
  * passed): KeyboardInterrupt at the next bytecode, and the sandbox ends
- * if the code is still running after the grace period.
+ * if the code is still running after the grace period.  The host closes
+ * the cell's connection before it asks the manager, so a signal that
+ * finds the running cell's connection still open is late: it was meant
+ * for a cell that has ended, and this one is left alone.
  */
 static void
 rlm_on_interrupt(int signo)
 {
-    int  saved;
+    int            saved;
+    struct pollfd  pfd;
 
     (void) signo;
     saved = errno;
 
-    if (rlm_armed && rlm_wall_hits == 0) {
+    pfd.fd = rlm_conn;
+    pfd.events = POLLRDHUP;
+    pfd.revents = 0;
+
+    if (rlm_conn >= 0 && poll(&pfd, 1, 0) == 1
+        && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR))
+        && rlm_armed && rlm_wall_hits == 0)
+    {
         rlm_wall_hits = 1;
         PyErr_SetInterruptEx(SIGUSR1);
         rlm_set_timer(RLM_WALL_GRACE_MS);

@@ -8,6 +8,7 @@ use FindBin;
 use lib $FindBin::Bin;
 use SandboxUtil;
 use Test::More;
+use Time::HiRes qw( sleep time );
 
 require_root();
 
@@ -125,6 +126,35 @@ is($r->{stdout}, "5\n", 'a new connection continues the session');
 $r = request($ch, { op => 'ping' });
 is($r->{pid}, 1, 'the sandbox is pid 1 of its own pid namespace');
 close $ch;
+
+# interrupt: only a cell whose host closed its connection is stopped
+$ch = connect_sock($sb[1]{path});
+send_frame($ch, { op => 'exec', timeout_ms => 20000,
+                  code => "import time\nt = time.time()\n"
+                          . "while time.time() - t < 1.0: pass\nw = 'done'" });
+sleep 0.3;
+$r = control($m, { op => 'interrupt', sandbox => $sb[1]{sandbox} });
+ok($r->{ok} && $r->{sent}, 'interrupt: signal sent to a live sandbox');
+$r = recv_frame($ch);
+is($r->{status}, 'ok', 'a cell whose connection is open is left alone');
+close $ch;
+
+$ch = connect_sock($sb[1]{path});
+send_frame($ch, { op => 'exec', timeout_ms => 20000,
+                  code => "kept = 'yes'\nwhile True: pass" });
+sleep 0.3;
+close $ch;
+$r = control($m, { op => 'interrupt', sandbox => $sb[1]{sandbox} });
+ok($r->{sent}, 'interrupt after the host hung up');
+$ch = connect_sock($sb[1]{path});
+my $t0 = time;
+$r = request($ch, { op => 'exec', code => 'print(kept, w)' });
+is($r->{stdout}, "yes done\n",
+   'the abandoned cell stopped; the interpreter kept its variables');
+ok(time - $t0 < 10, 'well before the cell timeout of 20 s');
+close $ch;
+is(control($m, { op => 'interrupt', sandbox => 'ffffffffffffffffffff' })
+       ->{error}{code}, 'unknown_sandbox', 'interrupt: unknown sandbox');
 
 for my $x (@sb[1 .. $#sb]) {
     control($m, { op => 'release', sandbox => $x->{sandbox} });
