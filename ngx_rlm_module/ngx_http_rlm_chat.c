@@ -63,19 +63,19 @@ static ngx_str_t *ngx_http_rlm_chat_header(ngx_http_request_t *r,
 
 
 static ngx_conf_num_bounds_t  ngx_http_rlm_chat_iterations_bounds = {
-    ngx_conf_check_num_bounds, 1, 1000
+    ngx_http_rlm_check_bounds, 1, 1000
 };
 
 static ngx_conf_num_bounds_t  ngx_http_rlm_chat_depth_bounds = {
-    ngx_conf_check_num_bounds, 0, 8
+    ngx_http_rlm_check_bounds, 0, 8
 };
 
 static ngx_conf_num_bounds_t  ngx_http_rlm_chat_positive_bounds = {
-    ngx_conf_check_num_bounds, 1, 1000000
+    ngx_http_rlm_check_bounds, 1, 1000000
 };
 
 static ngx_conf_num_bounds_t  ngx_http_rlm_chat_output_bounds = {
-    ngx_conf_check_num_bounds, 100, 16777216
+    ngx_http_rlm_check_bounds, 100, 16777216
 };
 
 

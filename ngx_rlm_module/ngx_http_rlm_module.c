@@ -29,8 +29,6 @@ static char *ngx_http_rlm_sessions_zone(ngx_conf_t *cf, ngx_command_t *cmd,
 static ngx_int_t ngx_http_rlm_add_zone(ngx_conf_t *cf,
     ngx_http_rlm_main_conf_t *rmcf, ngx_str_t *name, size_t size);
 static char *ngx_http_rlm_check_path(ngx_conf_t *cf, void *post, void *data);
-static char *ngx_http_rlm_check_bounds(ngx_conf_t *cf, void *post,
-    void *data);
 static ngx_int_t ngx_http_rlm_handler(ngx_http_request_t *r);
 
 
@@ -627,7 +625,7 @@ ngx_http_rlm_check_path(ngx_conf_t *cf, void *post, void *data)
  * prefixes it with the directive's name.
  */
 
-static char *
+char *
 ngx_http_rlm_check_bounds(ngx_conf_t *cf, void *post, void *data)
 {
     ngx_conf_num_bounds_t  *bounds = post;

@@ -389,6 +389,7 @@ struct ngx_http_rlm_open_s {
 
 /* ngx_http_rlm_module.c */
 ngx_http_rlm_zone_t *ngx_http_rlm_zone(void);
+char *ngx_http_rlm_check_bounds(ngx_conf_t *cf, void *post, void *data);
 
 /* ngx_http_rlm_reply.c */
 ngx_int_t ngx_http_rlm_send_json(ngx_http_request_t *r, ngx_uint_t status,

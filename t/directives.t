@@ -111,4 +111,50 @@ like($out, qr/"rlm_pool_size" directive is not allowed here/,
 ok(!$ok, 'a second rlm handler in one location is rejected');
 like($out, qr/conflicts with another rlm handler/, 'conflict message');
 
+# the completion endpoint (ngx_http_rlm_chat_module)
+my $provider = 'rlm_provider p url=http://127.0.0.1:9/v1 model=m;';
+
+($ok, $out) = nginx_t($provider . "\n    rlm_max_iterations 10;\n"
+                      . "    rlm_max_depth 2;\n"
+                      . "    rlm_completion_timeout 2m;\n"
+                      . "    rlm_max_error_cells 3;\n"
+                      . "    rlm_block_output_max 8k;\n"
+                      . "    rlm_max_concurrent_calls 16;\n"
+                      . "    rlm_final_markers off;",
+                      'rlm_completions; rlm_completion_model $arg_m;');
+ok($ok, 'the completion directives load') or diag($out);
+
+for my $case (
+    [ 'rlm_max_iterations 0;',
+      qr/"rlm_max_iterations" directive must be between 1 and 1000/ ],
+    [ 'rlm_max_depth 9;',
+      qr/"rlm_max_depth" directive must be between 0 and 8/ ],
+    [ 'rlm_block_output_max 10;',
+      qr/"rlm_block_output_max" directive must be between 100 and/ ],
+    [ 'rlm_max_concurrent_calls 0;',
+      qr/"rlm_max_concurrent_calls" directive must be between 1 and/ ],
+    [ 'rlm_final_markers maybe;',
+      qr/invalid value "maybe" in "rlm_final_markers" directive/ ],
+    [ 'rlm_system_prompt_file /nonexistent/prompt.txt;',
+      qr/open\(\) "\/nonexistent\/prompt.txt" failed/ ],
+)
+{
+    my ($http, $want) = @$case;
+    my ($good, $text) = nginx_t($provider . "\n    " . $http);
+    ok(!$good, "rejected: $http");
+    like($text, $want, "message for: $http");
+}
+
+($ok, $out) = nginx_t('', 'rlm_completions;');
+ok(!$ok, 'rlm_completions without a provider is rejected');
+like($out, qr/"rlm_completions" needs an "rlm_provider"/,
+     'rlm_completions provider message');
+
+open my $pf, '>', "$dir/prompt.txt" or die $!;
+print $pf "Answer in one word.\n";
+close $pf;
+($ok, $out) = nginx_t($provider, "rlm_completions;\n"
+                      . "            rlm_system_prompt_file $dir/prompt.txt;");
+ok($ok, 'rlm_system_prompt_file reads a prompt') or diag($out);
+
 done_testing();
