@@ -47,6 +47,7 @@ static json_t *ngx_http_rlm_chat_load(ngx_http_rlm_chat_t *chat,
     ngx_str_t *body, json_error_t *jerr);
 static ngx_int_t ngx_http_rlm_chat_parse(ngx_http_request_t *r,
     ngx_http_rlm_chat_t *chat, json_t *req);
+static ngx_int_t ngx_http_rlm_chat_id(ngx_http_request_t *r, ngx_str_t *id);
 static ngx_int_t ngx_http_rlm_chat_text(json_t *content, ngx_pool_t *pool,
     ngx_str_t *out);
 static ngx_int_t ngx_http_rlm_chat_session(ngx_http_request_t *r,
@@ -573,7 +574,6 @@ static ngx_int_t
 ngx_http_rlm_chat_parse(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat,
     json_t *req)
 {
-    u_char                        *p;
     size_t                         i, last_user;
     json_t                        *messages, *m, *v, *rlm, *earlier;
     ngx_str_t                      s, query;
@@ -817,28 +817,32 @@ ngx_http_rlm_chat_parse(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat,
         loop->context = earlier;
     }
 
-    /* the completion's id: chatcmpl- and 24 random hex digits */
+    return ngx_http_rlm_chat_id(r, &chat->id);
+}
 
-    chat->id.data = ngx_pnalloc(r->pool, sizeof("chatcmpl-") - 1 + 24);
-    if (chat->id.data == NULL) {
+
+/* the completion's id: chatcmpl- and 24 random hex digits */
+
+static ngx_int_t
+ngx_http_rlm_chat_id(ngx_http_request_t *r, ngx_str_t *id)
+{
+    u_char  *p;
+    u_char   rnd[NGX_HTTP_RLM_ID_BYTES], hex[NGX_HTTP_RLM_ID_HEX];
+
+    if (ngx_http_rlm_session_random_id(rnd, r->connection->log) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    {
-        u_char  rnd[NGX_HTTP_RLM_ID_BYTES], hex[NGX_HTTP_RLM_ID_HEX];
+    ngx_http_rlm_session_format_id(rnd, hex);
 
-        if (ngx_http_rlm_session_random_id(rnd, r->connection->log)
-            != NGX_OK)
-        {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        ngx_http_rlm_session_format_id(rnd, hex);
-
-        p = ngx_cpymem(chat->id.data, "chatcmpl-", sizeof("chatcmpl-") - 1);
-        p = ngx_cpymem(p, hex, 24);
-        chat->id.len = p - chat->id.data;
+    id->data = ngx_pnalloc(r->pool, sizeof("chatcmpl-") - 1 + 24);
+    if (id->data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
+
+    p = ngx_cpymem(id->data, "chatcmpl-", sizeof("chatcmpl-") - 1);
+    p = ngx_cpymem(p, hex, 24);
+    id->len = p - id->data;
 
     return NGX_OK;
 }
