@@ -77,3 +77,49 @@ usage adds up: true
 GET /t
 --- response_body
 200 chunk 77 says the launch date is March 3 done true progress true
+
+
+
+=== TEST 3: twelve completions at once, each with its own needle and session, get their own answers
+--- config
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            local function one(i)
+                local lines = {}
+                for n = 1, 300 do
+                    lines[n] = "line " .. n .. " is filler text"
+                end
+                lines[100 + i] = "the password for vault " .. i
+                                 .. " is swordfish" .. i
+                local res = l.complete({
+                    model = "rlm-demo",
+                    messages = { { role = "user",
+                                   content = "What is the password for the vault?" } },
+                    context = table.concat(lines, "\n"),
+                    rlm = { sub_model = "rlm-demo" } })
+                return res.status, l.answer(res),
+                       res.headers["x-rlm-session-id"]
+            end
+            local threads = {}
+            for i = 1, 12 do
+                threads[i] = ngx.thread.spawn(one, i)
+            end
+            local right, sessions = 0, {}
+            for i = 1, 12 do
+                local _, status, answer, sid = ngx.thread.wait(threads[i])
+                if status == 200 and answer and answer:find("swordfish" .. i .. "$") then
+                    right = right + 1
+                end
+                sessions[sid or ""] = true
+            end
+            local n = 0
+            for _ in pairs(sessions) do n = n + 1 end
+            ngx.say("right ", right, " sessions ", n)
+        }
+    }
+--- request
+GET /t
+--- timeout: 60
+--- response_body
+right 12 sessions 12
