@@ -380,3 +380,65 @@ GET /t
 --- response_body
 200 "['system', 'user', 'assistant'] part one\npart two"
 true true
+
+
+
+=== TEST 14: max_tokens is a budget on the completion tokens of the whole completion
+--- config
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            local u = { prompt_tokens = 50, completion_tokens = 10,
+                        total_tokens = 60 }
+            l.script("root", {
+                { content = "first " .. l.repl("x = 1"), usage = u },
+                { content = "second " .. l.repl("x = 2"), usage = u },
+                { content = "third " .. l.repl("x = 3"), usage = u },
+            })
+            local res = l.complete(l.ask("go", { context = "x",
+                                                 max_tokens = 15 }))
+            local j = res.json
+            ngx.say(res.status, " ", j.choices[1].finish_reason, " ",
+                    j.rlm.limit, " ", l.answer(res):sub(1, 6), " ",
+                    j.usage.completion_tokens, " iterations ",
+                    j.rlm.iterations)
+            local sent = l.requests("script:root")[1].req
+            ngx.say("not sent to the provider: ", sent.max_tokens == nil)
+        }
+    }
+--- request
+GET /t
+--- response_body
+200 length max_tokens second 20 iterations 2
+not sent to the provider: true
+
+
+
+=== TEST 15: sampling fields reach the provider with every root call; our own fields do not
+--- config
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            l.script("root", {
+                { content = l.repl("x = 1") },
+                { content = "FINAL(done)" },
+            })
+            local res = l.complete(l.ask("go", { context = "secret context",
+                temperature = 0.25, top_p = 0.5, seed = 7, user = "u-1",
+                stop = { "###" }, rlm = { max_iterations = 5 } }))
+            ngx.say(res.status, " ", l.answer(res))
+            for _, r in ipairs(l.requests("script:root")) do
+                local q = r.req
+                ngx.say(q.temperature, " ", q.top_p, " ", q.seed, " ", q.user,
+                        " ", q.stop[1], " rlm=", tostring(q.rlm),
+                        " context=", tostring(q.context),
+                        " stream=", tostring(q.stream))
+            end
+        }
+    }
+--- request
+GET /t
+--- response_body
+200 done
+0.25 0.5 7 u-1 ### rlm=nil context=nil stream=nil
+0.25 0.5 7 u-1 ### rlm=nil context=nil stream=nil
