@@ -52,14 +52,10 @@ ngx_http_rlm_sessions_handler(ngx_http_request_t *r)
     ngx_http_rlm_session_t  *s;
 
     if (ngx_http_rlm_api_route(r, &route, &id) != NGX_OK) {
-        rc = ngx_http_discard_request_body(r);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-
-        return ngx_http_rlm_send_error(r, NGX_HTTP_NOT_FOUND,
-                                       "invalid_request_error", "not_found",
-                                       "no such route in the sessions API");
+        return ngx_http_rlm_refuse(r, NGX_HTTP_NOT_FOUND,
+                                   "invalid_request_error", "not_found",
+                                   NULL, "no such route in the sessions "
+                                   "API");
     }
 
     if (route == NGX_HTTP_RLM_ROUTE_COLLECTION) {
@@ -90,16 +86,11 @@ ngx_http_rlm_sessions_handler(ngx_http_request_t *r)
     }
 
     if (ngx_http_rlm_session_parse_id(id.data, id.len, idbuf) != NGX_OK) {
-        rc = ngx_http_discard_request_body(r);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-
-        return ngx_http_rlm_send_error(r, NGX_HTTP_BAD_REQUEST,
-                                       "invalid_request_error",
-                                       "invalid_session_id",
-                                       "a session id is 32 lowercase hex "
-                                       "characters");
+        return ngx_http_rlm_refuse(r, NGX_HTTP_BAD_REQUEST,
+                                   "invalid_request_error",
+                                   "invalid_session_id", NULL,
+                                   "a session id is 32 lowercase hex "
+                                   "characters");
     }
 
     ctx = ngx_http_rlm_get_ctx(r);
@@ -119,15 +110,10 @@ ngx_http_rlm_sessions_handler(ngx_http_request_t *r)
     s = ngx_http_rlm_session_get(z, idbuf, &owner);
 
     if (s == NULL) {
-        rc = ngx_http_discard_request_body(r);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-
-        return ngx_http_rlm_send_error_param(r, NGX_HTTP_NOT_FOUND,
-                                             "invalid_request_error",
-                                             "session_not_found", "id",
-                                             "no such session");
+        return ngx_http_rlm_refuse(r, NGX_HTTP_NOT_FOUND,
+                                   "invalid_request_error",
+                                   "session_not_found", "id",
+                                   "no such session");
     }
 
     switch (route) {
@@ -294,29 +280,18 @@ ngx_http_rlm_api_collection(ngx_http_request_t *r)
         if (ngx_strlcasestrn(ct->data, p ? p : ct->data + ct->len,
                              (u_char *) "json", 3) == NULL)
         {
-            rc = ngx_http_discard_request_body(r);
-            if (rc != NGX_OK) {
-                return rc;
-            }
-
-            return ngx_http_rlm_send_error(r,
-                       NGX_HTTP_UNSUPPORTED_MEDIA_TYPE,
-                       "invalid_request_error", "unsupported_media_type",
-                       "the body must be JSON (Content-Type: "
-                       "application/json)");
+            return ngx_http_rlm_refuse(r, NGX_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                                       "invalid_request_error",
+                                       "unsupported_media_type", NULL,
+                                       "the body must be JSON "
+                                       "(Content-Type: application/json)");
         }
     }
 
     if (r->headers_in.content_length_n > 65536) {
-        rc = ngx_http_discard_request_body(r);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-
-        return ngx_http_rlm_send_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
-                                       "invalid_request_error",
-                                       "body_too_large",
-                                       "the request body is too large");
+        return ngx_http_rlm_refuse(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                   "invalid_request_error", "body_too_large",
+                                   NULL, "the request body is too large");
     }
 
     r->request_body_in_single_buf = 1;

@@ -419,16 +419,10 @@ ngx_http_rlm_chat_handler(ngx_http_request_t *r)
     if (r->headers_in.content_length_n
         > (off_t) (rmcf->context_max_size + NGX_HTTP_RLM_CHAT_BODY_SLACK))
     {
-        rc = ngx_http_discard_request_body(r);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-
-        return ngx_http_rlm_send_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
-                                       "invalid_request_error",
-                                       "body_too_large",
-                                       "the request is larger than "
-                                       "rlm_context_max_size allows");
+        return ngx_http_rlm_refuse(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                   "invalid_request_error", "body_too_large",
+                                   NULL, "the request is larger than "
+                                   "rlm_context_max_size allows");
     }
 
     if (ngx_http_rlm_api_body_cap(r, (off_t) rmcf->context_max_size

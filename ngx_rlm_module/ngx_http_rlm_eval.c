@@ -124,33 +124,24 @@ ngx_http_rlm_eval_handler(ngx_http_request_t *r, ngx_http_rlm_session_t *s,
 
     if (r == r->main) {
         if (!context && ngx_http_rlm_json_content_type(r) != NGX_OK) {
-            rc = ngx_http_discard_request_body(r);
-            if (rc != NGX_OK) {
-                return rc;
-            }
-
-            return ngx_http_rlm_send_error(r,
-                       NGX_HTTP_UNSUPPORTED_MEDIA_TYPE,
-                       "invalid_request_error", "unsupported_media_type",
-                       "the body must be JSON (Content-Type: "
-                       "application/json)");
+            return ngx_http_rlm_refuse(r, NGX_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                                       "invalid_request_error",
+                                       "unsupported_media_type", NULL,
+                                       "the body must be JSON "
+                                       "(Content-Type: application/json)");
         }
 
         if (r->headers_in.content_length_n
             > (off_t) (context ? rmcf->context_max_size
                                : NGX_HTTP_RLM_EVAL_BODY_MAX))
         {
-            rc = ngx_http_discard_request_body(r);
-            if (rc != NGX_OK) {
-                return rc;
-            }
-
-            return ngx_http_rlm_send_error(r,
-                       NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
-                       "invalid_request_error", "body_too_large",
-                       context ? "the context is larger than "
-                                 "rlm_context_max_size"
-                               : "the request body is too large");
+            return ngx_http_rlm_refuse(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                       "invalid_request_error",
+                                       "body_too_large", NULL,
+                                       context ? "the context is larger "
+                                                 "than rlm_context_max_size"
+                                               : "the request body is too "
+                                                 "large");
         }
     }
 

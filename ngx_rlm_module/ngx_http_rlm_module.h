@@ -401,6 +401,9 @@ ngx_int_t ngx_http_rlm_send_error(ngx_http_request_t *r, ngx_uint_t status,
 ngx_int_t ngx_http_rlm_send_error_param(ngx_http_request_t *r,
     ngx_uint_t status, const char *type, const char *code,
     const char *param, const char *message);
+ngx_int_t ngx_http_rlm_refuse(ngx_http_request_t *r, ngx_uint_t status,
+    const char *type, const char *code, const char *param,
+    const char *message);
 ngx_int_t ngx_http_rlm_set_header(ngx_http_request_t *r, const char *name,
     const char *value);
 ngx_http_rlm_ctx_t *ngx_http_rlm_get_ctx(ngx_http_request_t *r);

@@ -194,6 +194,28 @@ ngx_http_rlm_send_error_param(ngx_http_request_t *r, ngx_uint_t status,
 }
 
 
+/*
+ * An error answer to a request whose body is not wanted: the body is
+ * discarded (read and dropped, so the connection can be kept) first.
+ */
+
+ngx_int_t
+ngx_http_rlm_refuse(ngx_http_request_t *r, ngx_uint_t status,
+    const char *type, const char *code, const char *param,
+    const char *message)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    return ngx_http_rlm_send_error_param(r, status, type, code, param,
+                                         message);
+}
+
+
 ngx_int_t
 ngx_http_rlm_set_header(ngx_http_request_t *r, const char *name,
     const char *value)
