@@ -521,41 +521,65 @@ done:
 
 
 /*
- * The request as JSON.  A large "context" string is taken out first, at
- * memory speed and decoded in place (held once); the rest, small, goes to
- * jansson with "context": "" in its place.
+ * The request as JSON.  A large "context" is taken out first, so that
+ * jansson parses only the rest (it reads about 50 MB/s here): a string is
+ * checked and decoded in place at memory speed (held once), an array or
+ * an object is passed on as text for the sandbox's parser.  The rest goes
+ * to jansson with "" or null in its place.
  */
 
 static json_t *
 ngx_http_rlm_chat_load(ngx_http_rlm_chat_t *chat, ngx_str_t *body,
     json_error_t *jerr)
 {
-    u_char  *rest, *p, *text;
-    size_t   text_len, cut, cut_len;
+    u_char               *rest, *p, *text;
+    size_t                text_len, cut, cut_len;
+    const char           *stand_in;
+    ngx_http_rlm_loop_t  *loop;
 
-    if (body->len < NGX_HTTP_RLM_CHAT_FAST_MIN
-        || ngx_http_rlm_json_take_string(body->data, body->len, "context",
-                                         &text, &text_len, &cut, &cut_len)
-           != 0)
-    {
-        return json_loadb((char *) body->data, body->len,
-                          JSON_REJECT_DUPLICATES, jerr);
+    loop = &chat->loop;
+
+    if (body->len < NGX_HTTP_RLM_CHAT_FAST_MIN) {
+        goto whole;
     }
 
-    rest = ngx_pnalloc(chat->request->pool, body->len - cut_len + 2);
+    if (ngx_http_rlm_json_take_string(body->data, body->len, "context",
+                                      &text, &text_len, &cut, &cut_len)
+        == 0)
+    {
+        loop->context_text.data = text;
+        loop->context_text.len = text_len;
+        stand_in = "\"\"";
+
+    } else if (ngx_http_rlm_json_take_container(body->data, body->len,
+                                                "context",
+                                                &loop->context_shape, &cut,
+                                                &cut_len)
+               == 0)
+    {
+        loop->context_json.data = body->data + cut;
+        loop->context_json.len = cut_len;
+        stand_in = "null";
+
+    } else {
+        goto whole;
+    }
+
+    rest = ngx_pnalloc(chat->request->pool, body->len - cut_len + 4);
     if (rest == NULL) {
         return NULL;
     }
 
     p = ngx_cpymem(rest, body->data, cut);
-    *p++ = '"';
-    *p++ = '"';
+    p = ngx_cpymem(p, stand_in, ngx_strlen(stand_in));
     p = ngx_cpymem(p, body->data + cut + cut_len, body->len - cut - cut_len);
 
-    chat->loop.context_text.data = text;
-    chat->loop.context_text.len = text_len;
-
     return json_loadb((char *) rest, p - rest, JSON_REJECT_DUPLICATES, jerr);
+
+whole:
+
+    return json_loadb((char *) body->data, body->len, JSON_REJECT_DUPLICATES,
+                      jerr);
 }
 
 

@@ -36,13 +36,19 @@ static rlm_cuchar *rlm_json_string_end(rlm_cuchar *p, rlm_cuchar *end,
     int *escaped);
 static rlm_cuchar *rlm_json_skip_value(rlm_cuchar *p, rlm_cuchar *end);
 static int rlm_json_hex4(rlm_cuchar *p, unsigned *code);
+static size_t rlm_json_chars(rlm_cuchar *p, rlm_cuchar *end);
 static size_t rlm_json_decode(unsigned char *p, unsigned char *end);
 
 
-int
-ngx_http_rlm_json_take_string(unsigned char *buf, size_t len,
-    const char *key, unsigned char **value, size_t *value_len,
-    size_t *cut, size_t *cut_len)
+/*
+ * The value of the top-level member key: its span in buf, if the object
+ * has that member exactly once and is well formed as far as skipping it
+ * can tell.
+ */
+
+static int
+rlm_json_member(rlm_cuchar *buf, size_t len, const char *key,
+    rlm_cuchar **value, rlm_cuchar **value_end)
 {
     int          escaped, found;
     size_t       klen;
@@ -86,30 +92,25 @@ ngx_http_rlm_json_take_string(unsigned char *buf, size_t len,
             return -1;
         }
 
-        if (!escaped && (size_t) (kend - 1 - k) == klen
-            && memcmp(k, key, klen) == 0)
-        {
-            if (found++ || *p != '"') {
-                /* twice (the parser refuses it), or not a string */
-                return -1;
-            }
+        k = (!escaped && (size_t) (kend - 1 - k) == klen
+             && memcmp(k, key, klen) == 0) ? p : NULL;
 
-            v = p;
-            vend = rlm_json_string_end(p, end, &escaped);
-            if (vend == NULL) {
-                return -1;
-            }
-
-            p = vend;
-
-        } else {
-            p = rlm_json_skip_value(p, end);
-            if (p == NULL) {
-                return -1;
-            }
+        vend = rlm_json_skip_value(p, end);
+        if (vend == NULL || vend == p) {
+            return -1;
         }
 
-        p = rlm_json_ws(p, end);
+        if (k != NULL) {
+            if (found++) {
+                /* twice: the parser refuses it */
+                return -1;
+            }
+
+            v = k;
+            *value_end = vend;
+        }
+
+        p = rlm_json_ws(vend, end);
         if (p == end) {
             return -1;
         }
@@ -129,11 +130,156 @@ ngx_http_rlm_json_take_string(unsigned char *buf, size_t len,
         return -1;
     }
 
+    *value = v;
+
+    return 0;
+}
+
+
+int
+ngx_http_rlm_json_take_string(unsigned char *buf, size_t len,
+    const char *key, unsigned char **value, size_t *value_len,
+    size_t *cut, size_t *cut_len)
+{
+    int          escaped;
+    rlm_cuchar  *v, *vend;
+
+    if (rlm_json_member(buf, len, key, &v, &vend) != 0 || *v != '"'
+        || rlm_json_string_end(v, vend, &escaped) != vend)
+    {
+        return -1;
+    }
+
     *cut = v - buf;
     *cut_len = vend - v;
     *value = (unsigned char *) v + 1;
     *value_len = rlm_json_decode((unsigned char *) v + 1,
                                  (unsigned char *) vend - 1);
+
+    return 0;
+}
+
+
+int
+ngx_http_rlm_json_take_container(unsigned char *buf, size_t len,
+    const char *key, ngx_http_rlm_json_shape_t *shape, size_t *cut,
+    size_t *cut_len)
+{
+    int          escaped;
+    size_t       depth, sub, size;
+    rlm_cuchar  *v, *vend, *p, *q, *item;
+
+    if (rlm_json_member(buf, len, key, &v, &vend) != 0
+        || (*v != '[' && *v != '{'))
+    {
+        return -1;
+    }
+
+    /*
+     * Count the top-level items; measure the first ones of an array as a
+     * Python len() would see them: a string's characters, a nested
+     * array's or object's item count, 1 otherwise.
+     */
+
+    shape->object = (*v == '{');
+    shape->items = 0;
+    shape->measured = 0;
+
+    depth = 0;
+    item = NULL;
+    sub = 0;
+    size = 0;
+
+    for (p = v; p < vend; /* void */) {
+        switch (*p) {
+
+        case '"':
+            if (depth == 1 && item == NULL) {
+                item = p;
+            }
+
+            q = rlm_json_string_end(p, vend, &escaped);
+            if (q == NULL) {
+                return -1;
+            }
+
+            if (depth == 1 && item == p
+                && shape->measured < NGX_HTTP_RLM_JSON_MEASURED)
+            {
+                size = rlm_json_chars(p + 1, q - 1);
+            }
+
+            p = q;
+            continue;
+
+        case '[': case '{':
+            if (depth++ == 1 && item == NULL) {
+                item = p;
+                sub = 0;
+                size = 0;
+            }
+
+            break;
+
+        case ']': case '}':
+            if (--depth == 0) {
+                goto item_end;
+            }
+
+            if (depth == 1 && item != NULL && *item != '"') {
+                /* a nested container closes: its items, if any */
+                size = sub + (rlm_json_ws(item + 1, p) != p);
+            }
+
+            break;
+
+        case ',':
+            if (depth == 2) {
+                sub++;
+            }
+
+            if (depth == 1) {
+                goto item_end;
+            }
+
+            break;
+
+        case ' ': case '\t': case '\n': case '\r': case ':':
+            break;
+
+        default:
+            if (depth == 1 && item == NULL) {
+                item = p;
+                size = 1;
+            }
+
+            break;
+        }
+
+        p++;
+        continue;
+
+    item_end:
+
+        if (item != NULL) {
+            if (!shape->object && shape->measured < NGX_HTTP_RLM_JSON_MEASURED)
+            {
+                shape->lengths[shape->measured++] = size;
+            }
+
+            shape->items++;
+            item = NULL;
+        }
+
+        if (depth == 0) {
+            break;
+        }
+
+        p++;
+    }
+
+    *cut = v - buf;
+    *cut_len = vend - v;
 
     return 0;
 }
@@ -332,6 +478,41 @@ rlm_json_hex4(rlm_cuchar *p, unsigned *code)
     *code = v;
 
     return 0;
+}
+
+
+/*
+ * Characters of a checked string body [p, end) as Python counts them:
+ * code points, an escape being one (a surrogate pair one as well).
+ */
+
+static size_t
+rlm_json_chars(rlm_cuchar *p, rlm_cuchar *end)
+{
+    size_t    n;
+    unsigned  code;
+
+    n = 0;
+
+    while (p < end) {
+        if (*p != '\\') {
+            n += ((*p & 0xc0) != 0x80);
+            p++;
+            continue;
+        }
+
+        n++;
+
+        if (p[1] != 'u') {
+            p += 2;
+            continue;
+        }
+
+        (void) rlm_json_hex4(p + 2, &code);
+        p += (code >= 0xd800 && code <= 0xdbff) ? 12 : 6;
+    }
+
+    return n;
 }
 
 

@@ -38,4 +38,28 @@ int ngx_http_rlm_json_take_string(unsigned char *buf, size_t len,
     size_t *cut, size_t *cut_len);
 
 
+/* what is known of an array or object without parsing it */
+
+#define NGX_HTTP_RLM_JSON_MEASURED  16
+
+typedef struct {
+    int                         object;         /* {} rather than [] */
+    size_t                      items;          /* top-level items */
+    size_t                      measured;       /* lengths[] filled */
+    size_t                      lengths[NGX_HTTP_RLM_JSON_MEASURED];
+} ngx_http_rlm_json_shape_t;
+
+
+/*
+ * The same for a member whose value is an array or an object: its text
+ * is left as it is (the sandbox's JSON parser reads it, and reports what
+ * is wrong with it), *cut and *cut_len give its span, and *shape how many
+ * items it has and the sizes of the first ones as Python's len() sees
+ * them.  Returns -1 as above.
+ */
+int ngx_http_rlm_json_take_container(unsigned char *buf, size_t len,
+    const char *key, ngx_http_rlm_json_shape_t *shape, size_t *cut,
+    size_t *cut_len);
+
+
 #endif /* _NGX_HTTP_RLM_JSONSTR_H_INCLUDED_ */

@@ -377,7 +377,9 @@ static ngx_int_t
 ngx_http_rlm_loop_prepare(ngx_http_rlm_loop_t *loop)
 {
     char                *text;
+    char                 why[256];
     u_char               name[32];
+    const char          *evalue;
     json_t              *frame, *res;
     ngx_uint_t           step;
     ngx_pool_cleanup_t  *cln;
@@ -392,6 +394,27 @@ ngx_http_rlm_loop_prepare(ngx_http_rlm_loop_t *loop)
                                "server_error", "sandbox_error",
                                "the session's sandbox could not take the "
                                "context");
+        return NGX_OK;
+    }
+
+    if (res && loop->prepare_step == 2 && loop->context_json.data
+        && json_is_string(json_object_get(res, "status"))
+        && ngx_strcmp(json_string_value(json_object_get(res, "status")),
+                      "error") == 0)
+    {
+        /* the context's JSON was first read by the sandbox's parser */
+
+        evalue = json_string_value(json_object_get(
+                                       json_object_get(res, "error"),
+                                       "evalue"));
+
+        ngx_snprintf((u_char *) why, sizeof(why) - 1,
+                     "the context is not valid JSON: %s%Z",
+                     evalue ? evalue : "");
+        json_decref(res);
+
+        ngx_http_rlm_loop_fail(loop, NGX_HTTP_BAD_REQUEST,
+                               "invalid_request_error", "invalid_json", why);
         return NGX_OK;
     }
 
@@ -432,6 +455,16 @@ ngx_http_rlm_loop_prepare(ngx_http_rlm_loop_t *loop)
 
             } else {
                 ngx_sprintf(name, "context_%uL%Z", loop->turn);
+            }
+
+            if (loop->context_json.data) {
+                frame = json_pack("{s:s, s:s, s:s}", "op", "load_context",
+                                  "name", (char *) name, "format", "json");
+
+                return ngx_http_rlm_loop_sandbox(loop, frame,
+                                                 loop->context_json.data,
+                                                 loop->context_json.len,
+                                                 NGX_HTTP_RLM_LOOP_OP_TIMEOUT);
             }
 
             if (loop->context_text.data) {

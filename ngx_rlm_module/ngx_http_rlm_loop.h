@@ -19,6 +19,7 @@
 #include "ngx_http_rlm_module.h"
 #include "ngx_http_rlm_llm.h"
 #include "ngx_http_rlm_parse.h"
+#include "ngx_http_rlm_jsonstr.h"
 
 
 typedef struct ngx_http_rlm_loop_s  ngx_http_rlm_loop_t;
@@ -89,6 +90,8 @@ struct ngx_http_rlm_loop_s {
     ngx_str_t                   query;
     json_t                     *context;       /* stolen by the loop */
     ngx_str_t                   context_text;  /* instead: text in memory */
+    ngx_str_t                   context_json;  /* or: JSON array/object */
+    ngx_http_rlm_json_shape_t   context_shape; /* of context_json */
     json_t                     *history;       /* earlier turns, or NULL */
     ngx_http_rlm_session_t     *session;       /* referenced, or NULL */
     uint64_t                    turn;          /* completion number */

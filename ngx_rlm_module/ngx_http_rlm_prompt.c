@@ -49,6 +49,8 @@ ngx_str_t  ngx_http_rlm_default_system_prompt = ngx_string(
 
 static void ngx_http_rlm_prompt_describe(ngx_http_rlm_loop_t *loop,
     json_t *ctx, ngx_str_t *out);
+static void ngx_http_rlm_prompt_shape(ngx_http_rlm_json_shape_t *sh,
+    u_char **pp, u_char *last);
 
 
 json_t *
@@ -259,6 +261,41 @@ ngx_http_rlm_prompt_block_output(ngx_http_rlm_loop_t *loop, ngx_uint_t n,
 }
 
 
+/* a JSON container the sandbox parsed itself, as far as it was measured */
+
+static void
+ngx_http_rlm_prompt_shape(ngx_http_rlm_json_shape_t *sh, u_char **pp,
+    u_char *last)
+{
+    u_char  *p;
+    size_t   i;
+
+    p = *pp;
+
+    if (sh->object) {
+        p = ngx_slprintf(p, last, "It is a dict with %uz keys.", sh->items);
+        *pp = p;
+        return;
+    }
+
+    p = ngx_slprintf(p, last, "It is a list of %uz items", sh->items);
+
+    if (sh->measured) {
+        p = ngx_slprintf(p, last, "; lengths of the first ones:");
+
+        for (i = 0; i < sh->measured; i++) {
+            p = ngx_slprintf(p, last, "%s %uz", i ? "," : "", sh->lengths[i]);
+        }
+
+        if (sh->items > sh->measured) {
+            p = ngx_slprintf(p, last, " ...");
+        }
+    }
+
+    *pp = ngx_slprintf(p, last, ".");
+}
+
+
 /* "type str, 12,345 characters in 678 lines" and the like */
 
 static void
@@ -318,6 +355,9 @@ ngx_http_rlm_prompt_describe(ngx_http_rlm_loop_t *loop, json_t *ctx,
 
         p = ngx_slprintf(p, last, "It is a str of %uz characters in %uz "
                          "lines.", chars, lines);
+
+    } else if (loop->context_json.data) {
+        ngx_http_rlm_prompt_shape(&loop->context_shape, &p, last);
 
     } else if (json_is_array(ctx)) {
         n = json_array_size(ctx);

@@ -591,3 +591,48 @@ GET /t
 attempt 1 failed (HTTP 429
 --- no_error_log
 [alert]
+
+
+
+=== TEST 16: a large list or dict context goes to the sandbox's parser as text; broken JSON in it is a 400
+--- config
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            local cjson = require "cjson"
+            l.script("root", {
+                { content = l.repl(
+                    "answer.update(content=type(context).__name__ + ' '"
+                    .. " + str(len(context)) + ' ' + repr(context[1] if"
+                    .. " isinstance(context, list) else context['k6']),"
+                    .. " ready=True)") },
+            })
+            local items = {}
+            for i = 1, 6000 do items[i] = "item \"" .. i .. "\" é" end
+            items[2] = { 1, 2, { 3 } }
+            local res = l.complete(cjson.encode(l.ask("go", { context = items })))
+            ngx.say(res.status, " ", l.answer(res))
+            local first = l.requests("script:root")[1].req.messages[2].content
+            ngx.say(first:match("It is a list of [^.]*%."))
+            local dict = {}
+            for i = 1, 5000 do dict["k" .. i] = string.rep("v", i % 7) end
+            res = l.complete(cjson.encode(l.ask("go", { context = dict })))
+            ngx.say(res.status, " ", l.answer(res))
+            first = l.requests("script:root")[2].req.messages[2].content
+            ngx.say(first:match("It is a dict[^.]*%."))
+            local body = cjson.encode(l.ask("go", { context = items }))
+            body = body:gsub('"item \\"17\\" é",', '"item \\"17\\" é",,', 1)
+            res = l.complete(body)
+            ngx.say(l.envelope(res), " ", res.json.error.message:sub(1, 31),
+                    " | ", res.json.error.message:match("Expecting value") or
+                    res.json.error.message)
+        }
+    }
+--- request
+GET /t
+--- response_body
+200 list 6000 [1, 2, [3]]
+It is a list of 6000 items; lengths of the first ones: 10, 3, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11 .
+200 dict 5000 'vvvvvv'
+It is a dict with 5000 keys.
+400 invalid_json invalid_request_error the context is not valid JSON:  | Expecting value

@@ -427,6 +427,87 @@ test_jsonstr(void)
 }
 
 
+/* the shape of a container "context" and the span left for the sandbox */
+
+static int
+shape_is(const char *doc, int object, size_t items, size_t measured,
+    const size_t *lengths, const char *want_span)
+{
+    size_t                      i, len, cut, cut_len;
+    unsigned char               buf[512];
+    ngx_http_rlm_json_shape_t   sh;
+
+    len = strlen(doc);
+    memcpy(buf, doc, len);
+
+    if (ngx_http_rlm_json_take_container(buf, len, "context", &sh, &cut,
+                                         &cut_len)
+        != 0)
+    {
+        printf("# \"%s\": not taken\n", doc);
+        return want_span == NULL;
+    }
+
+    if (want_span == NULL) {
+        printf("# \"%s\": taken\n", doc);
+        return 0;
+    }
+
+    if (memcmp(buf, doc, len) != 0 || cut_len != strlen(want_span)
+        || memcmp(buf + cut, want_span, cut_len) != 0)
+    {
+        printf("# \"%s\": span \"%.*s\"\n", doc, (int) cut_len,
+               buf + cut);
+        return 0;
+    }
+
+    if (sh.object != object || sh.items != items || sh.measured != measured)
+    {
+        printf("# \"%s\": object %d items %zu measured %zu\n", doc,
+               sh.object, sh.items, sh.measured);
+        return 0;
+    }
+
+    for (i = 0; i < measured; i++) {
+        if (sh.lengths[i] != lengths[i]) {
+            printf("# \"%s\": length %zu is %zu\n", doc, i, sh.lengths[i]);
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+static void
+test_jsonshape(void)
+{
+    size_t  l1[] = { 3, 0, 7 };
+    size_t  l2[] = { 3, 1, 0, 1 };
+    size_t  many[16] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+
+    ok(shape_is("{\"model\":\"m\",\"context\":[\"abc\", \"\", "
+                "\"a,]}[\\\"b\"] }", 0, 3, 3, l1,
+                "[\"abc\", \"\", \"a,]}[\\\"b\"]"),
+       "container: a list of strings, brackets inside strings ignored");
+    ok(shape_is("{\"context\": [[1, 2, [3]], {\"k\": 1}, [ ], true] }", 0,
+                4, 4, l2, "[[1, 2, [3]], {\"k\": 1}, [ ], true]"),
+       "container: nested items measured by their own item counts");
+    ok(shape_is("{\"context\":{\"a\": \"xxxxx\", \"b\": [1,2]}}", 1, 2, 0,
+                NULL, "{\"a\": \"xxxxx\", \"b\": [1,2]}"),
+       "container: an object counts its members");
+    ok(shape_is("{\"context\":[]}", 0, 0, 0, NULL, "[]"),
+       "container: empty");
+    ok(shape_is("{\"context\":[1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8]}", 0, 18,
+                16, many, "[1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8]"),
+       "container: 18 items, the first 16 measured");
+    ok(shape_is("{\"context\":\"text\"}", 0, 0, 0, NULL, NULL),
+       "container: a string is not one");
+    ok(shape_is("{\"context\":[1,2]", 0, 0, 0, NULL, NULL),
+       "container: an unclosed object is left to the parser");
+}
+
+
 int
 main(void)
 {
@@ -435,6 +516,7 @@ main(void)
     test_truncate();
     test_sse();
     test_jsonstr();
+    test_jsonshape();
 
     printf("1..%d\n", tests);
 
