@@ -167,3 +167,42 @@ alpha again: 200 turn 1
 GET /t
 --- response_body
 200 true true
+
+
+
+=== TEST 4: a large list context passes the policy undecoded and arrives intact
+--- config
+    # no completions location
+    location = /v1/chat/completions {
+        client_body_buffer_size 64k;
+        access_by_lua_block { require("rlm.policy").access() }
+        rlm_session_owner        $rlm_tenant;
+        rlm_completion_provider  $rlm_provider;
+        rlm_completion_model     $rlm_root_model;
+        rlm_completion_sub_model $rlm_sub_model;
+        rlm_completions;
+    }
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            local cjson = require "cjson"
+            local items = {}
+            for i = 1, 40000 do
+                items[i] = { n = i, text = 'row "' .. i .. '" é' }
+            end
+            l.script("root", {
+                { content = l.repl(
+                    "answer.update(content=str(len(context)) + ' '"
+                    .. " + context[41]['text'], ready=True)") },
+            })
+            local body = cjson.encode({ model = "smart", context = items,
+                messages = { { role = "user", content = "go" } } })
+            local res = l.complete(body,
+                                   { Authorization = "Bearer sk-tenant-a-0001" })
+            ngx.say(res.status, " ", l.answer(res), " ", #body > 1024 * 1024)
+        }
+    }
+--- request
+GET /t
+--- response_body
+200 40000 row "42" é true
