@@ -16,8 +16,6 @@
 static ngx_int_t ngx_http_rlm_chat_answer(ngx_http_rlm_chat_t *chat);
 static json_t *ngx_http_rlm_chat_extension(ngx_http_rlm_chat_t *chat);
 static json_t *ngx_http_rlm_chat_chunk(ngx_http_rlm_chat_t *chat);
-static ngx_int_t ngx_http_rlm_chat_send(ngx_http_rlm_chat_t *chat,
-    json_t *event, const char *comment, ngx_uint_t last);
 
 
 void
@@ -64,11 +62,11 @@ ngx_http_rlm_chat_done(ngx_http_rlm_loop_t *loop)
                        "type", loop->error_type,
                        "code", loop->error_code, "param");
 
-        rc = ngx_http_rlm_chat_send(chat, ev, NULL, 0);
+        rc = ngx_http_rlm_send_sse(chat->request, ev, NULL, 0);
         json_decref(ev);
 
         if (rc != NGX_ERROR) {
-            rc = ngx_http_rlm_chat_send(chat, NULL, NULL, 1);
+            rc = ngx_http_rlm_send_sse(chat->request, NULL, NULL, 1);
         }
     }
 
@@ -126,7 +124,7 @@ ngx_http_rlm_chat_answer(ngx_http_rlm_chat_t *chat)
                         json_stringn((char *) loop->answer.data,
                                      loop->answer.len));
 
-    rc = ngx_http_rlm_chat_send(chat, ev, NULL, 0);
+    rc = ngx_http_rlm_send_sse(chat->request, ev, NULL, 0);
     json_decref(ev);
 
     if (rc == NGX_ERROR) {
@@ -143,7 +141,7 @@ ngx_http_rlm_chat_answer(ngx_http_rlm_chat_t *chat)
                         json_string(loop->finish_reason));
     json_object_set_new(ev, "rlm", ngx_http_rlm_chat_extension(chat));
 
-    rc = ngx_http_rlm_chat_send(chat, ev, NULL, 0);
+    rc = ngx_http_rlm_send_sse(chat->request, ev, NULL, 0);
     json_decref(ev);
 
     if (rc == NGX_ERROR) {
@@ -160,7 +158,7 @@ ngx_http_rlm_chat_answer(ngx_http_rlm_chat_t *chat)
         json_object_set_new(ev, "usage",
                             ngx_http_rlm_loop_usage(&chat->tree));
 
-        rc = ngx_http_rlm_chat_send(chat, ev, NULL, 0);
+        rc = ngx_http_rlm_send_sse(chat->request, ev, NULL, 0);
         json_decref(ev);
 
         if (rc == NGX_ERROR) {
@@ -168,7 +166,7 @@ ngx_http_rlm_chat_answer(ngx_http_rlm_chat_t *chat)
         }
     }
 
-    return ngx_http_rlm_chat_send(chat, NULL, NULL, 1);
+    return ngx_http_rlm_send_sse(chat->request, NULL, NULL, 1);
 }
 
 
@@ -298,81 +296,10 @@ ngx_http_rlm_chat_headers(ngx_http_rlm_chat_t *chat, ngx_uint_t stream)
     json_object_set_new(json_object_get(choice, "delta"), "content",
                         json_string(""));
 
-    rc = ngx_http_rlm_chat_send(chat, ev, NULL, 0);
+    rc = ngx_http_rlm_send_sse(chat->request, ev, NULL, 0);
     json_decref(ev);
 
     return (rc == NGX_ERROR) ? NGX_ERROR : NGX_OK;
-}
-
-
-/* an SSE event ("data: JSON"), a comment (": text"), or [DONE] */
-
-static ngx_int_t
-ngx_http_rlm_chat_send(ngx_http_rlm_chat_t *chat, json_t *event,
-    const char *comment, ngx_uint_t last)
-{
-    char                *text;
-    size_t               len;
-    u_char              *p;
-    ngx_buf_t           *b;
-    ngx_chain_t          out;
-    ngx_http_request_t  *r;
-
-    r = chat->request;
-    text = NULL;
-
-    if (event) {
-        text = json_dumps(event, JSON_COMPACT);
-        if (text == NULL) {
-            return NGX_ERROR;
-        }
-
-        len = ngx_strlen(text);
-
-    } else if (comment) {
-        len = ngx_strlen(comment);
-
-    } else {
-        len = sizeof("[DONE]") - 1;
-    }
-
-    p = ngx_pnalloc(r->pool, len + sizeof("data: \n\n"));
-    b = ngx_calloc_buf(r->pool);
-
-    if (p == NULL || b == NULL) {
-        free(text);
-        return NGX_ERROR;
-    }
-
-    b->pos = p;
-
-    if (comment) {
-        p = ngx_cpymem(p, ": ", 2);
-        p = ngx_cpymem(p, comment, len);
-
-    } else {
-        p = ngx_cpymem(p, "data: ", 6);
-        p = ngx_cpymem(p, text ? text : "[DONE]", len);
-    }
-
-    *p++ = '\n';
-    *p++ = '\n';
-
-    b->last = p;
-    b->memory = 1;
-    b->flush = 1;
-
-    if (last) {
-        b->last_buf = (r == r->main) ? 1 : 0;
-        b->last_in_chain = 1;
-    }
-
-    free(text);
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
 }
 
 
@@ -397,7 +324,7 @@ ngx_http_rlm_chat_progress(ngx_http_rlm_loop_t *loop, const char *what)
                      loop->depth, what);
     }
 
-    (void) ngx_http_rlm_chat_send(chat, NULL, (char *) line, 0);
+    (void) ngx_http_rlm_send_sse(chat->request, NULL, (char *) line, 0);
 
     if (chat->keepalive.timer_set) {
         ngx_add_timer(&chat->keepalive, NGX_HTTP_RLM_CHAT_KEEPALIVE);
@@ -410,7 +337,9 @@ ngx_http_rlm_chat_keepalive(ngx_event_t *e)
 {
     ngx_http_rlm_chat_t  *chat = e->data;
 
-    if (ngx_http_rlm_chat_send(chat, NULL, "keep-alive", 0) == NGX_ERROR) {
+    if (ngx_http_rlm_send_sse(chat->request, NULL, "keep-alive", 0)
+        == NGX_ERROR)
+    {
         return;
     }
 

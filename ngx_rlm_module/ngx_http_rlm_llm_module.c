@@ -80,8 +80,6 @@ static void ngx_http_rlm_llm_cleanup(void *data);
 static void ngx_http_rlm_llm_done(ngx_http_rlm_llm_call_t *call);
 static ngx_int_t ngx_http_rlm_llm_delta(ngx_http_rlm_llm_call_t *call,
     u_char *text, size_t len);
-static ngx_int_t ngx_http_rlm_llm_send_event(ngx_http_rlm_llm_pt_ctx_t *ctx,
-    json_t *event, ngx_uint_t last);
 static ngx_int_t ngx_http_rlm_llm_stream_header(
     ngx_http_rlm_llm_pt_ctx_t *ctx);
 static ngx_int_t ngx_http_rlm_llm_answer(ngx_http_rlm_llm_pt_ctx_t *ctx);
@@ -600,7 +598,7 @@ ngx_http_rlm_llm_answer(ngx_http_rlm_llm_pt_ctx_t *ctx)
                            "message", call->message.data, call->message.len,
                            "type", "upstream_error",
                            "code", ngx_http_rlm_llm_error_name(call->error));
-            rc = ngx_http_rlm_llm_send_event(ctx, ev, 0);
+            rc = ngx_http_rlm_send_sse(ctx->request, ev, NULL, 0);
             json_decref(ev);
 
         } else {
@@ -612,7 +610,7 @@ ngx_http_rlm_llm_answer(ngx_http_rlm_llm_pt_ctx_t *ctx)
                                                call->finish_reason.data,
                                                call->finish_reason.len)
                                 : json_string("stop"));
-            rc = ngx_http_rlm_llm_send_event(ctx, ev, 0);
+            rc = ngx_http_rlm_send_sse(ctx->request, ev, NULL, 0);
             json_decref(ev);
 
             if (rc == NGX_OK && ctx->include_usage) {
@@ -620,7 +618,7 @@ ngx_http_rlm_llm_answer(ngx_http_rlm_llm_pt_ctx_t *ctx)
                 json_object_set_new(ev, "choices", json_array());
                 json_object_set_new(ev, "usage",
                                     ngx_http_rlm_llm_usage_json(call));
-                rc = ngx_http_rlm_llm_send_event(ctx, ev, 0);
+                rc = ngx_http_rlm_send_sse(ctx->request, ev, NULL, 0);
                 json_decref(ev);
             }
         }
@@ -629,7 +627,7 @@ ngx_http_rlm_llm_answer(ngx_http_rlm_llm_pt_ctx_t *ctx)
             return NGX_ERROR;
         }
 
-        return ngx_http_rlm_llm_send_event(ctx, NULL, 1);
+        return ngx_http_rlm_send_sse(ctx->request, NULL, NULL, 1);
     }
 
     usage = ngx_http_rlm_llm_usage_json(call);
@@ -738,7 +736,7 @@ ngx_http_rlm_llm_delta(ngx_http_rlm_llm_call_t *call, u_char *text,
                             "delta");
     json_object_set_new(delta, "content", json_stringn((char *) text, len));
 
-    rc = ngx_http_rlm_llm_send_event(ctx, ev, 0);
+    rc = ngx_http_rlm_send_sse(ctx->request, ev, NULL, 0);
     json_decref(ev);
 
     return (rc == NGX_OK || rc == NGX_AGAIN) ? NGX_OK : NGX_ERROR;
@@ -768,66 +766,6 @@ ngx_http_rlm_llm_stream_header(ngx_http_rlm_llm_pt_ctx_t *ctx)
     }
 
     return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_rlm_llm_send_event(ngx_http_rlm_llm_pt_ctx_t *ctx, json_t *event,
-    ngx_uint_t last)
-{
-    char                *text;
-    size_t               len;
-    u_char              *p;
-    ngx_buf_t           *b;
-    ngx_chain_t          out;
-    ngx_http_request_t  *r;
-
-    r = ctx->request;
-
-    if (event != NULL) {
-        text = json_dumps(event, JSON_COMPACT);
-        if (text == NULL) {
-            return NGX_ERROR;
-        }
-
-    } else {
-        text = NULL;
-    }
-
-    len = text ? ngx_strlen(text) : sizeof("[DONE]") - 1;
-
-    p = ngx_pnalloc(r->pool, len + sizeof("data: \n\n") - 1);
-    if (p == NULL) {
-        free(text);
-        return NGX_ERROR;
-    }
-
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        free(text);
-        return NGX_ERROR;
-    }
-
-    b->pos = p;
-    p = ngx_cpymem(p, "data: ", 6);
-    p = ngx_cpymem(p, text ? text : "[DONE]", len);
-    *p++ = '\n';
-    *p++ = '\n';
-    b->last = p;
-    b->memory = 1;
-    b->flush = 1;
-
-    if (last) {
-        b->last_buf = (r == r->main) ? 1 : 0;
-        b->last_in_chain = 1;
-    }
-
-    free(text);
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
 }
 
 

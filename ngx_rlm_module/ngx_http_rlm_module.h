@@ -401,6 +401,8 @@ ngx_int_t ngx_http_rlm_send_error(ngx_http_request_t *r, ngx_uint_t status,
 ngx_int_t ngx_http_rlm_send_error_param(ngx_http_request_t *r,
     ngx_uint_t status, const char *type, const char *code,
     const char *param, const char *message);
+ngx_int_t ngx_http_rlm_send_sse(ngx_http_request_t *r, json_t *event,
+    const char *comment, ngx_uint_t last);
 ngx_int_t ngx_http_rlm_refuse(ngx_http_request_t *r, ngx_uint_t status,
     const char *type, const char *code, const char *param,
     const char *message);

@@ -194,6 +194,75 @@ ngx_http_rlm_send_error_param(ngx_http_request_t *r, ngx_uint_t status,
 }
 
 
+/* an SSE event ("data: JSON"), a comment (": text"), or [DONE] */
+
+ngx_int_t
+ngx_http_rlm_send_sse(ngx_http_request_t *r, json_t *event,
+    const char *comment, ngx_uint_t last)
+{
+    char                *text;
+    size_t               len;
+    u_char              *p;
+    ngx_buf_t           *b;
+    ngx_chain_t          out;
+
+    text = NULL;
+
+    if (event) {
+        text = json_dumps(event, JSON_COMPACT);
+        if (text == NULL) {
+            return NGX_ERROR;
+        }
+
+        len = ngx_strlen(text);
+
+    } else if (comment) {
+        len = ngx_strlen(comment);
+
+    } else {
+        len = sizeof("[DONE]") - 1;
+    }
+
+    p = ngx_pnalloc(r->pool, len + sizeof("data: \n\n"));
+    b = ngx_calloc_buf(r->pool);
+
+    if (p == NULL || b == NULL) {
+        free(text);
+        return NGX_ERROR;
+    }
+
+    b->pos = p;
+
+    if (comment) {
+        p = ngx_cpymem(p, ": ", 2);
+        p = ngx_cpymem(p, comment, len);
+
+    } else {
+        p = ngx_cpymem(p, "data: ", 6);
+        p = ngx_cpymem(p, text ? text : "[DONE]", len);
+    }
+
+    *p++ = '\n';
+    *p++ = '\n';
+
+    b->last = p;
+    b->memory = 1;
+    b->flush = 1;
+
+    if (last) {
+        b->last_buf = (r == r->main) ? 1 : 0;
+        b->last_in_chain = 1;
+    }
+
+    free(text);
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
 /*
  * An error answer to a request whose body is not wanted: the body is
  * discarded (read and dropped, so the connection can be kept) first.
