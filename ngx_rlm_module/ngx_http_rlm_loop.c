@@ -20,6 +20,7 @@
 
 
 static void ngx_http_rlm_loop_cleanup(void *data);
+static void ngx_http_rlm_loop_stop_work(ngx_http_rlm_loop_t *loop);
 static void ngx_http_rlm_loop_post(ngx_http_rlm_loop_t *loop);
 static void ngx_http_rlm_loop_step_handler(ngx_event_t *e);
 static void ngx_http_rlm_loop_deadline_handler(ngx_event_t *e);
@@ -178,6 +179,17 @@ ngx_http_rlm_loop_cancel(ngx_http_rlm_loop_t *loop)
         loop->open.pending = NULL;
     }
 
+    ngx_http_rlm_loop_stop_work(loop);
+
+    ngx_http_rlm_loop_end(loop);
+}
+
+
+/* the root call, the block's calls and children, the block itself */
+
+static void
+ngx_http_rlm_loop_stop_work(ngx_http_rlm_loop_t *loop)
+{
     if (loop->call_running) {
         loop->call_running = 0;
         ngx_http_rlm_llm_cancel(&loop->call);
@@ -189,8 +201,6 @@ ngx_http_rlm_loop_cancel(ngx_http_rlm_loop_t *loop)
         ngx_http_rlm_eval_cancel(loop->cell);
         loop->cell = NULL;
     }
-
-    ngx_http_rlm_loop_end(loop);
 }
 
 
@@ -277,18 +287,7 @@ ngx_http_rlm_loop_deadline_handler(ngx_event_t *e)
                   loop->iterations);
 
     /* stop what runs, answer with the best text so far */
-
-    if (loop->call_running) {
-        loop->call_running = 0;
-        ngx_http_rlm_llm_cancel(&loop->call);
-    }
-
-    ngx_http_rlm_subcalls_cancel(loop, NULL);
-
-    if (loop->cell) {
-        ngx_http_rlm_eval_cancel(loop->cell);
-        loop->cell = NULL;
-    }
+    ngx_http_rlm_loop_stop_work(loop);
 
     best = loop->best;
 
