@@ -1093,6 +1093,11 @@ ngx_http_rlm_eval_respond(ngx_http_rlm_eval_t *ev)
         (void) ngx_atomic_fetch_add(&ev->zone->sh->stats.context_bytes,
                                     bytes);
 
+        if (ev->done) {
+            /* an engine reads ev->result itself */
+            return NGX_OK;
+        }
+
         out = json_pack("{s:s, s:s%, s:O?, s:I, s:O?}",
                         "object", "rlm.context",
                         "session", (char *) hex, (size_t) NGX_HTTP_RLM_ID_HEX,
@@ -1101,11 +1106,6 @@ ngx_http_rlm_eval_respond(ngx_http_rlm_eval_t *ev)
                         "kind", json_object_get(ev->result, "kind"));
         if (out == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        if (ev->done) {
-            ev->out = out;
-            return NGX_OK;
         }
 
         rc = ngx_http_rlm_send_json_value(r, NGX_HTTP_OK, out);
@@ -1126,6 +1126,10 @@ ngx_http_rlm_eval_respond(ngx_http_rlm_eval_t *ev)
     if (ctx) {
         ctx->cell_status.data = (u_char *) ngx_http_rlm_cell_status_name(st);
         ctx->cell_status.len = ngx_strlen(ctx->cell_status.data);
+    }
+
+    if (ev->done) {
+        return NGX_OK;
     }
 
     out = json_pack("{s:s, s:s%, s:I}", "object", "rlm.cell",
@@ -1160,11 +1164,6 @@ ngx_http_rlm_eval_respond(ngx_http_rlm_eval_t *ev)
     v = json_object_get(ev->result, "state_delta");
     if (v) {
         json_object_set(out, "state_delta", v);
-    }
-
-    if (ev->done) {
-        ev->out = out;
-        return NGX_OK;
     }
 
     rc = ngx_http_rlm_send_json_value(r, NGX_HTTP_OK, out);
@@ -1232,8 +1231,9 @@ ngx_http_rlm_eval_finalize(ngx_http_rlm_eval_t *ev, ngx_int_t rc)
  * An engine's cell or context load.  The engine filled ev (request, zone,
  * session it holds a reference on, frame, blob, timeout, done, data and
  * maybe call_handler and engine_data); done() runs exactly once, possibly
- * before this returns, with ev->out (what the API would answer) or an
- * error: rc is an HTTP status and ev->err_code/err_message say why.
+ * before this returns: rc NGX_OK with ev->result (the sandbox's own
+ * result frame; a lost sandbox's is made up here), or an error: rc is an
+ * HTTP status and ev->err_code/err_message say why.
  * ngx_http_rlm_eval_cancel() gives everything back early; the request's
  * pool does so anyway when it goes.
  */
@@ -1346,10 +1346,8 @@ ngx_http_rlm_eval_cleanup(void *data)
 
     json_decref(ev->frame);
     json_decref(ev->result);
-    json_decref(ev->out);
     ev->frame = NULL;
     ev->result = NULL;
-    ev->out = NULL;
 }
 
 

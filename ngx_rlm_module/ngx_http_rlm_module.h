@@ -348,7 +348,6 @@ struct ngx_http_rlm_eval_s {
 
     /* an engine's cell (ngx_http_rlm_eval_start): its outcome */
     ngx_http_rlm_eval_done_pt   done;
-    json_t                     *out;
     const char                 *err_code;
     u_char                     *err_message;
 
