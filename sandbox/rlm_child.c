@@ -30,6 +30,7 @@
 PyObject  *rlm_dispatch_fn;
 PyObject  *rlm_configure_fn;
 PyObject  *rlm_after_fork_fn;
+PyObject  *rlm_prime_fn;
 
 static int                    rlm_conn = -1;
 static int                    rlm_conn_broken;
@@ -580,7 +581,7 @@ rlm_child_fail(const char *what)
 
 void
 rlm_child_main(rlm_conf_t *conf, const rlm_jail_limits_t *jl,
-    const rlm_limits_t *limits, int listen_fd)
+    const rlm_limits_t *limits, int listen_fd, int prime)
 {
     sigset_t   none;
     PyObject  *r;
@@ -611,6 +612,15 @@ rlm_child_main(rlm_conf_t *conf, const rlm_jail_limits_t *jl,
     if (rlm_jail_enter(&conf->jail, jl, listen_fd) != 0) {
         rlm_log("sandbox %d: jail: %s", (int) getpid(), conf->jail.err);
         _exit(RLM_JAIL_EXIT_SETUP);
+    }
+
+    if (prime) {
+        r = PyObject_CallNoArgs(rlm_prime_fn);
+        if (r == NULL) {
+            rlm_child_fail("prime failed");
+        }
+
+        Py_DECREF(r);
     }
 
     rlm_child_serve(listen_fd);

@@ -13,6 +13,7 @@
 extern PyObject  *rlm_dispatch_fn;
 extern PyObject  *rlm_configure_fn;
 extern PyObject  *rlm_after_fork_fn;
+extern PyObject  *rlm_prime_fn;
 
 PyObject *rlm_child_module_init(void);
 void rlm_child_install_signals(void);

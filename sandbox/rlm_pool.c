@@ -218,7 +218,7 @@ rlm_limits_equal(const rlm_limits_t *a, const rlm_limits_t *b)
 
 /* fork one sandbox; its socket is bound and listening before the fork */
 static rlm_sandbox_t *
-rlm_spawn(const rlm_limits_t *limits, const char **code)
+rlm_spawn(const rlm_limits_t *limits, int background, const char **code)
 {
     rlm_sandbox_t      *sb;
     rlm_jail_limits_t   jl;
@@ -271,7 +271,7 @@ rlm_spawn(const rlm_limits_t *limits, const char **code)
     pid = rlm_jail_fork(&rlm_pconf->jail, sb->id, &jl);
 
     if (pid == 0) {
-        rlm_child_main(rlm_pconf, &jl, limits, fd);
+        rlm_child_main(rlm_pconf, &jl, limits, fd, background);
     }
 
     PyOS_AfterFork_Parent();
@@ -377,7 +377,7 @@ rlm_pool_acquire(const rlm_limits_t *limits, const char *session,
 
     /* burst or custom limits: cold create, making room from the pool */
 
-    sb = rlm_spawn(limits, code);
+    sb = rlm_spawn(limits, 0, code);
 
     if (sb == NULL && strcmp(*code, "limit") == 0) {
         victim = rlm_idle_pop();
@@ -389,7 +389,7 @@ rlm_pool_acquire(const rlm_limits_t *limits, const char *session,
             victim->reason = "evicted";
             rlm_stats.dying++;
             rlm_stats.memory_mb -= victim->limits.memory_mb;
-            sb = rlm_spawn(limits, code);
+            sb = rlm_spawn(limits, 0, code);
         }
     }
 
@@ -625,7 +625,7 @@ rlm_pool_refill(void)
 
     rlm_refill_pause_until = 0;
 
-    sb = rlm_spawn(&rlm_pconf->defaults, &code);
+    sb = rlm_spawn(&rlm_pconf->defaults, 1, &code);
     if (sb == NULL) {
         rlm_refill_pause_until = rlm_now_us() + 100000;
         return 0;

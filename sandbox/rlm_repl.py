@@ -713,6 +713,54 @@ def dispatch(raw, blob):
     return _encode(res)
 
 
+# Cells the zygote runs before it forks, through the whole request path:
+# CPython 3.11 rewrites a function's bytecode in place after its first
+# calls (quickening, then specialisation), and fills caches on first use.
+# Done once here, those writes land in pages every sandbox shares; done
+# in each sandbox, they would copy a few hundred KiB of zygote pages on
+# the first cell of every session.
+_WARM_CELLS = (
+    b'{"op":"exec","code":"x = 1"}',
+    b'{"op":"exec","code":"print(x, 2)\\nx += 1","seq":1}',
+    b'{"op":"exec","code":"x","echo":true,"timeout_ms":5000,"cpu_s":5}',
+    b'{"op":"exec","code":"state[\\"k\\"] = [1]; del state[\\"k\\"]"}',
+    b'{"op":"exec","code":"1 / 0"}',
+    b'{"op":"exec","code":"def"}',
+    b'{"op":"ping"}',
+)
+
+
+def warm_up(rounds=32, cells=_WARM_CELLS):
+    """Run the warm-up cells, then forget them: the state stays exactly
+    what a fresh sandbox must see."""
+    global _cell_no, _captured, _cell_captured, _call_seq
+    for _ in range(rounds):
+        for raw in cells:
+            dispatch(raw, None)
+    for name in list(_sources):
+        linecache.cache.pop(name, None)
+    _sources.clear()
+    _cell_no = 0
+    _call_seq = 0
+    _captured = None
+    _cell_captured = False
+    _STATE.clear()
+    dict.clear(_ANSWER)
+    dict.update(_ANSWER, content="", ready=False)
+    _reset_namespace()
+
+
+def prime():
+    """In a pool sandbox, jailed, before it serves: one plain cell, so the
+    pages any cell writes are copied from the zygote now, while the
+    sandbox waits in the pool, and not on its session's first cell."""
+    global _cell_no
+    dispatch(_WARM_CELLS[0], None)
+    NS.pop("x", None)
+    _sources.clear()
+    _cell_no = 0
+
+
 def configure(wall_ms, cpu_s, output_bytes):
     """Per-sandbox defaults, set by the C side right after the fork."""
     LIMITS["wall_ms"] = wall_ms

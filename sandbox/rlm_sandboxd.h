@@ -64,9 +64,12 @@ void rlm_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* rlm_zygote.c: CPython set up once in the manager */
 int rlm_zygote_init(rlm_conf_t *conf, char *err, size_t errlen);
 
-/* rlm_child.c: the sandbox side of a fork; never returns */
+/*
+ * rlm_child.c: the sandbox side of a fork; never returns.  "prime" runs
+ * one throw-away cell before serving (sandboxes made for the pool).
+ */
 void rlm_child_main(rlm_conf_t *conf, const rlm_jail_limits_t *jl,
-    const rlm_limits_t *limits, int listen_fd)
+    const rlm_limits_t *limits, int listen_fd, int prime)
     __attribute__((noreturn));
 
 void rlm_limits_to_jail(const rlm_limits_t *l, rlm_jail_limits_t *jl);

@@ -82,7 +82,7 @@ rlm_zygote_init(rlm_conf_t *conf, char *err, size_t errlen)
 {
     PyConfig   config;
     PyStatus   st;
-    PyObject  *rt, *gc, *r;
+    PyObject  *rt, *gc, *r, *warm;
     unsigned   i;
 
     if (PyImport_AppendInittab("_rlm", rlm_child_module_init) != 0) {
@@ -140,17 +140,38 @@ rlm_zygote_init(rlm_conf_t *conf, char *err, size_t errlen)
     rlm_dispatch_fn = PyObject_GetAttrString(rt, "dispatch");
     rlm_configure_fn = PyObject_GetAttrString(rt, "configure");
     rlm_after_fork_fn = PyObject_GetAttrString(rt, "after_fork");
+    rlm_prime_fn = PyObject_GetAttrString(rt, "prime");
+    warm = PyObject_GetAttrString(rt, "warm_up");
     Py_DECREF(rt);
 
     if (rlm_dispatch_fn == NULL || rlm_configure_fn == NULL
-        || rlm_after_fork_fn == NULL)
+        || rlm_after_fork_fn == NULL || rlm_prime_fn == NULL
+        || warm == NULL)
     {
+        Py_XDECREF(warm);
         PyErr_Clear();
         snprintf(err, errlen, "REPL runtime lacks its entry points");
         return -1;
     }
 
     rlm_child_install_signals();
+
+    /*
+     * The runtime's own cells, run here once so that the first cell of a
+     * session does not pay for (and copy the pages of) bytecode
+     * specialisation and first-use caches; see warm_up() in rlm_repl.py.
+     */
+
+    r = PyObject_CallNoArgs(warm);
+    Py_DECREF(warm);
+
+    if (r == NULL) {
+        PyErr_Print();
+        snprintf(err, errlen, "REPL runtime warm-up failed");
+        return -1;
+    }
+
+    Py_DECREF(r);
 
     /*
      * Everything allocated so far is long-lived: move it to the permanent
