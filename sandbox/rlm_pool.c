@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "rlm_manager.h"
+#include "rlm_janitor.h"
 
 
 #define RLM_DEAD_KEEP   1024        /* dead records kept for status */
@@ -525,13 +526,18 @@ rlm_pool_reap(void)
         }
 
         if (sb == NULL) {
+            if (rlm_janitor_is(pid)) {
+                rlm_log("cgroup janitor %d exited (status %d)", (int) pid,
+                        status);
+            }
+
             continue;
         }
 
         was_idle = (sb->state == RLM_SB_IDLE);
 
         rlm_record_death(sb, status);
-        rlm_jail_release(&rlm_pconf->jail, sb->id);
+        rlm_janitor_release(&rlm_pconf->jail, sb->id);
         rlm_sock_path(sb->id, path, sizeof(path));
         unlink(path);
 

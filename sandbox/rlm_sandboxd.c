@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 
 #include "rlm_manager.h"
+#include "rlm_janitor.h"
 #include "rlm_frame.h"
 
 
@@ -565,6 +566,12 @@ main(int argc, char **argv)
         return 1;
     }
 
+    /* before CPython: the helper stays a small process */
+    if (rlm_janitor_start(&conf->jail) != 0) {
+        rlm_log("no cgroup janitor (%s): the manager removes cgroups",
+                strerror(errno));
+    }
+
     if (rlm_zygote_init(conf, err, sizeof(err)) != 0) {
         rlm_log("zygote: %s", err);
         return 1;
@@ -679,6 +686,7 @@ main(int argc, char **argv)
     }
 
     rlm_control_close_all();
+    rlm_janitor_stop();
     rlm_pool_shutdown();
     unlink(path);
     close(lockfd);

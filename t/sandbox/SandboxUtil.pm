@@ -19,7 +19,7 @@ use Time::HiRes qw( sleep time );
 
 our @EXPORT = qw( $CTL $SANDBOXD require_root ctl_run cells start_manager
                   stop_manager remove_runtime_dir connect_sock send_frame recv_frame request
-                  control channel_request proc_children proc_alive
+                  control channel_request proc_children janitor_of proc_alive
                   cgroup_dirs wait_until json_enc json_dec slurp );
 
 # the checkout this file is in (t/sandbox/..)
@@ -220,15 +220,28 @@ sub channel_request {
 }
 
 # pids whose parent is $ppid, with their state letter
+# the manager's sandbox processes (pid => state), without its cgroup
+# janitor (see janitor_of)
 sub proc_children {
     my ($ppid) = @_;
     my %kids;
     for my $stat (glob('/proc/[0-9]*/stat')) {
         my $t = slurp($stat) or next;
-        $t =~ /^(\d+) \(.*\) (\S) (\d+)/s or next;
-        $kids{$1} = $2 if $3 == $ppid;
+        $t =~ /^(\d+) \((.*)\) (\S) (\d+)/s or next;
+        $kids{$1} = $3 if $4 == $ppid && $2 ne 'rlm-janitor';
     }
     return \%kids;
+}
+
+# the pid of the manager's cgroup janitor, or undef
+sub janitor_of {
+    my ($ppid) = @_;
+    for my $stat (glob('/proc/[0-9]*/stat')) {
+        my $t = slurp($stat) or next;
+        $t =~ /^(\d+) \((.*)\) \S (\d+)/s or next;
+        return $1 if $3 == $ppid && $2 eq 'rlm-janitor';
+    }
+    return undef;
 }
 
 sub proc_alive {

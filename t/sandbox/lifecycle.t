@@ -89,9 +89,26 @@ close $ch;
 my $r = control($m, { op => 'release', sandbox => $a->{sandbox} });
 ok($r->{ok}, 'released');
 ok(!proc_alive($sp), 'no process (and no zombie) once release answered');
-is(scalar(grep { -d $_ } @cgd), 0, 'its cgroup is gone');
+# the cgroup is removed by the janitor, off the manager's loop, right after
+ok(wait_until(sub { !grep { -d $_ } @cgd }, 10), 'its cgroup is gone');
 ok(!-e $a->{path}, 'its socket is gone');
-is(scalar keys %{ proc_children($m->{pid}) }, 0, 'manager has no child');
+is(scalar keys %{ proc_children($m->{pid}) }, 0, 'manager has no sandbox');
+my $jan = janitor_of($m->{pid});
+ok($jan, 'the manager has its cgroup janitor');
+like(slurp("/proc/$jan/status") // '', qr/^PPid:\s+$m->{pid}$/m,
+     'janitor is the manager\'s child');
+
+# many releases in a row: every cgroup goes, none is left to the next run
+my @many;
+for my $i (1 .. 8) {
+    my $b = control($m, { op => 'acquire', session => "many$i" });
+    push @many, grep { m{/$cg/} } cgroup_dirs($b->{sandbox});
+    ok(control($m, { op => 'release', sandbox => $b->{sandbox} })->{ok},
+       "release $i");
+}
+ok(@many >= 8, 'each sandbox had a cgroup');
+ok(wait_until(sub { !grep { -d $_ } @many }, 10),
+   'all their cgroups are removed');
 is(control($m, { op => 'status', sandbox => $a->{sandbox} })->{error}{code},
    'unknown_sandbox', 'a released sandbox is forgotten');
 
@@ -207,11 +224,14 @@ my $x = control($m, { op => 'acquire', session => 'k1' });
 ok(wait_until(sub { control($m, { op => 'stats' })->{idle} == 2 }),
    'pool ready');
 my @all = ($x->{pid}, keys %{ proc_children($m->{pid}) });
+my $jk = janitor_of($m->{pid});
+ok($jk, 'janitor running');
 kill 'KILL', $m->{pid};
 waitpid($m->{pid}, 0);
 delete $m->{pid};
 ok(wait_until(sub { !grep { proc_alive($_) } @all }, 10),
    'SIGKILL of the manager: every sandbox dies');
+ok(wait_until(sub { !proc_alive($jk) }, 10), 'and the janitor too');
 stop_manager($m);
 
 # the next manager with that cgroup name removes the killed one's cgroups
