@@ -77,6 +77,7 @@ void rlm_pool_reap(void);
 /* fork one pool sandbox if the pool is short; 1 if more are wanted */
 int rlm_pool_refill(void);
 int rlm_pool_wants_refill(void);
+int rlm_pool_refill_quiet_ms(void);
 void rlm_pool_shutdown(void);
 void rlm_sock_path(const char *id, char *buf, size_t len);
 

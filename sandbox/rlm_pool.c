@@ -619,6 +619,21 @@ rlm_pool_wants_refill(void)
 }
 
 
+/*
+ * How long the loop waits without events before a refill fork.  While
+ * the pool is at least half full, 5 ms: the acquire that made room is
+ * usually followed by its session's first cells, and the fork (then the
+ * new sandbox's jail and prime) would take a core from them on a small
+ * machine.  Below half, 1 ms: keeping up matters more.
+ */
+
+int
+rlm_pool_refill_quiet_ms(void)
+{
+    return (rlm_stats.idle * 2 >= rlm_pconf->pool) ? 5 : 1;
+}
+
+
 int
 rlm_pool_refill(void)
 {

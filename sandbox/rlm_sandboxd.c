@@ -625,13 +625,14 @@ main(int argc, char **argv)
 
     while (!stop) {
         /*
-         * Refill forks only in a quiet moment (1 ms without events), so a
-         * fork never delays the reply to a request that just arrived; under
-         * constant load it still runs every 20 ms.
+         * Refill forks only in a quiet moment (no events for 1-5 ms, see
+         * rlm_pool_refill_quiet_ms()), so a fork never delays the reply to
+         * a request that just arrived; under constant load it still runs
+         * every 20 ms.
          */
 
         want = rlm_pool_wants_refill();
-        timeout = want ? 1 : 1000;
+        timeout = want ? rlm_pool_refill_quiet_ms() : 1000;
 
         if (want && refill_due == 0) {
             refill_due = rlm_now_us() + 20000;
