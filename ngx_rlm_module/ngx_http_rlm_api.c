@@ -33,11 +33,6 @@ static ngx_int_t ngx_http_rlm_api_delete(ngx_http_request_t *r,
     ngx_http_rlm_session_t *s);
 static ngx_int_t ngx_http_rlm_api_not_allowed(ngx_http_request_t *r,
     const char *allow);
-static ngx_int_t ngx_http_rlm_api_body_filter(ngx_http_request_t *r,
-    ngx_chain_t *in);
-
-
-static ngx_http_request_body_filter_pt  ngx_http_next_request_body_filter;
 
 
 ngx_int_t
@@ -296,7 +291,7 @@ ngx_http_rlm_api_collection(ngx_http_request_t *r)
 
     r->request_body_in_single_buf = 1;
 
-    if (ngx_http_rlm_api_body_cap(r, 65536) != NGX_OK) {
+    if (ngx_http_rlm_body_cap(r, 65536) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -614,62 +609,3 @@ ngx_http_rlm_api_not_allowed(ngx_http_request_t *r, const char *allow)
                                    "this method is not allowed here");
 }
 
-
-/*
- * API locations lift client_max_body_size (see the merge of the location
- * configuration) so that a Content-Length over the cap gets a JSON 413
- * from the handlers.  A chunked body has no length up front: this filter
- * stops it at the cap of its route.
- */
-
-ngx_int_t
-ngx_http_rlm_api_init_body_filter(ngx_conf_t *cf)
-{
-    ngx_http_next_request_body_filter = ngx_http_top_request_body_filter;
-    ngx_http_top_request_body_filter = ngx_http_rlm_api_body_filter;
-
-    return NGX_OK;
-}
-
-
-ngx_int_t
-ngx_http_rlm_api_body_cap(ngx_http_request_t *r, off_t cap)
-{
-    ngx_http_rlm_ctx_t  *ctx;
-
-    ctx = ngx_http_rlm_get_ctx(r);
-    if (ctx == NULL) {
-        return NGX_ERROR;
-    }
-
-    ctx->body_cap = cap;
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_rlm_api_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
-{
-    ngx_chain_t         *cl;
-    ngx_http_rlm_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r, ngx_http_rlm_module);
-
-    if (ctx == NULL || ctx->body_cap == 0) {
-        return ngx_http_next_request_body_filter(r, in);
-    }
-
-    for (cl = in; cl; cl = cl->next) {
-        ctx->body_received += ngx_buf_size(cl->buf);
-    }
-
-    if (ctx->body_received > ctx->body_cap) {
-        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "rlm: client intended to send a body larger than "
-                      "%O bytes", ctx->body_cap);
-        return NGX_HTTP_REQUEST_ENTITY_TOO_LARGE;
-    }
-
-    return ngx_http_next_request_body_filter(r, in);
-}

@@ -425,7 +425,7 @@ ngx_http_rlm_chat_handler(ngx_http_request_t *r)
                                    "rlm_context_max_size allows");
     }
 
-    if (ngx_http_rlm_api_body_cap(r, (off_t) rmcf->context_max_size
+    if (ngx_http_rlm_body_cap(r, (off_t) rmcf->context_max_size
                                      + NGX_HTTP_RLM_CHAT_BODY_SLACK)
         != NGX_OK)
     {

@@ -151,7 +151,7 @@ ngx_http_rlm_eval_handler(ngx_http_request_t *r, ngx_http_rlm_session_t *s,
         r->request_body_in_single_buf = 1;
     }
 
-    if (ngx_http_rlm_api_body_cap(r, context ? (off_t) rmcf->context_max_size
+    if (ngx_http_rlm_body_cap(r, context ? (off_t) rmcf->context_max_size
                                              : NGX_HTTP_RLM_EVAL_BODY_MAX)
         != NGX_OK)
     {

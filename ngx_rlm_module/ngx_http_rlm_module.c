@@ -258,7 +258,7 @@ ngx_http_rlm_preconfiguration(ngx_conf_t *cf)
 static ngx_int_t
 ngx_http_rlm_postconfiguration(ngx_conf_t *cf)
 {
-    return ngx_http_rlm_api_init_body_filter(cf);
+    return ngx_http_rlm_body_cap_init(cf);
 }
 
 

@@ -214,12 +214,15 @@ typedef struct {
     ngx_str_t                   cell_status;
     off_t                       body_cap;          /* 0: not ours */
     off_t                       body_received;
+    ngx_chain_t                *refusal;           /* JSON 413 over cap */
     ngx_uint_t                  sandbox_us;        /* a completion: sum */
     ngx_uint_t                  iterations;        /* of a completion */
     uint64_t                    tokens;
     unsigned                    has_session:1;
     unsigned                    has_sandbox_time:1;
     unsigned                    has_completion:1;
+    unsigned                    body_refused:1;
+    unsigned                    refusal_sent:1;
 } ngx_http_rlm_ctx_t;
 
 
@@ -498,8 +501,10 @@ void ngx_http_rlm_session_add_tokens(ngx_http_rlm_zone_t *z,
 /* ngx_http_rlm_api.c */
 ngx_int_t ngx_http_rlm_sessions_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_rlm_api_owner(ngx_http_request_t *r, ngx_str_t *owner);
-ngx_int_t ngx_http_rlm_api_init_body_filter(ngx_conf_t *cf);
-ngx_int_t ngx_http_rlm_api_body_cap(ngx_http_request_t *r, off_t cap);
+
+/* ngx_http_rlm_body_cap.c */
+ngx_int_t ngx_http_rlm_body_cap_init(ngx_conf_t *cf);
+ngx_int_t ngx_http_rlm_body_cap(ngx_http_request_t *r, off_t cap);
 
 /* ngx_http_rlm_open.c */
 ngx_int_t ngx_http_rlm_session_open(ngx_http_rlm_open_t *op,

@@ -223,7 +223,7 @@ metrics bytes: true
                        end,
                        { ["Content-Type"] = "text/plain",
                          ["Transfer-Encoding"] = "chunked" })
-            ngx.say("2 MiB chunked: ", r.status)
+            ngx.say("2 MiB chunked: ", t.envelope(r))
             t.say_cell("context kept", t.eval(id, "print(len(context), context[:1])"))
         }
     }
@@ -232,7 +232,7 @@ GET /t
 --- response_body
 at the cap: 200
 2 MiB: 413 body_too_large invalid_request_error
-2 MiB chunked: 413
+2 MiB chunked: 413 body_too_large invalid_request_error
 context kept: status=ok stdout="1048576 y\n"
 --- no_error_log
 [alert]

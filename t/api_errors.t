@@ -171,6 +171,24 @@ the session still works: status=ok stdout="fine\n"
                              end,
                              { ["Content-Length"] = 10 + total * #chunk + 2 })
             ngx.say("17 MiB: ", t.envelope(r))
+            -- chunked: only known to be too large while it is read
+            n = 0
+            r = t.http("POST", "/v1/sessions/" .. id .. "/eval",
+                       function()
+                           local piece
+                           if n == 0 then piece = '{"code": "'
+                           elseif n <= total then piece = chunk
+                           elseif n == total + 1 then piece = '"}'
+                           elseif n == total + 2 then
+                               n = n + 1
+                               return "0\r\n\r\n"
+                           else return nil end
+                           n = n + 1
+                           return string.format("%x\r\n", #piece)
+                                  .. piece .. "\r\n"
+                       end,
+                       { ["Transfer-Encoding"] = "chunked" })
+            ngx.say("17 MiB chunked: ", t.envelope(r))
             t.say_cell("after", t.eval(id, "print(1)"))
         }
     }
@@ -178,6 +196,7 @@ the session still works: status=ok stdout="fine\n"
 GET /t
 --- response_body
 17 MiB: 413 body_too_large invalid_request_error
+17 MiB chunked: 413 body_too_large invalid_request_error
 after: status=ok stdout="1\n"
 --- no_error_log
 [alert]

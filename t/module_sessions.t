@@ -172,6 +172,12 @@ print $c "PUT /v1/sessions/$other/context HTTP/1.1\r\nHost: x\r\n"
 $resp = do { local $/; <$c> } // '';
 close $c;
 like($resp, qr{^HTTP/1.1 413}, 'a chunked context over the cap gets 413');
+like($resp, qr{^Content-Type: application/json\r$}mi, 'as JSON');
+my ($body413) = $resp =~ /\r\n\r\n(.*)\z/s;
+my $env = eval { decode_json($body413 // '') } // {};
+is($env->{error}{code}, 'body_too_large', 'in the envelope, not an HTML page');
+is($env->{error}{type}, 'invalid_request_error', 'with its type');
+like($env->{error}{message}, qr/larger than \d+ bytes/, 'and the cap');
 
 ($st, $doc) = json_http(PUT => "/v1/sessions/$other/context", 'b' x 70000,
                         'Content-Type' => 'text/plain');

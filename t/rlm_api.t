@@ -636,3 +636,41 @@ It is a list of 6000 items; lengths of the first ones: 10, 3, 10, 10, 10, 10, 10
 200 dict 5000 'vvvvvv'
 It is a dict with 5000 keys.
 400 invalid_json invalid_request_error the context is not valid JSON:  | Expecting value
+
+
+
+=== TEST 17: a chunked completion body over the cap gets the 413 envelope, not nginx's page
+--- http_config
+    rlm_context_max_size 1m;
+--- config
+    location = /t {
+        content_by_lua_block {
+            local rlmt = require "rlmt"
+            local piece = string.rep("x", 256 * 1024)
+            local n = 0
+            -- 1 MiB of context plus 1 MiB of slack is the cap: send 3 MiB
+            local res = rlmt.http("POST", "/v1/chat/completions", function()
+                local s
+                if n == 0 then
+                    s = '{"model":"rlm","messages":[{"role":"user",'
+                        .. '"content":"go"}],"context":"'
+                elseif n <= 12 then s = piece
+                elseif n == 13 then s = '"}'
+                elseif n == 14 then n = n + 1 return "0\r\n\r\n"
+                else return nil end
+                n = n + 1
+                return string.format("%x\r\n", #s) .. s .. "\r\n"
+            end, { ["Content-Type"] = "application/json",
+                   ["Transfer-Encoding"] = "chunked" })
+            ngx.say("chunked 3 MiB: ", rlmt.envelope(res))
+            ngx.say(res.json.error.message)
+        }
+    }
+--- request
+GET /t
+--- response_body
+chunked 3 MiB: 413 body_too_large invalid_request_error
+the request body is larger than 2097152 bytes
+--- no_error_log
+[alert]
+[emerg]
