@@ -38,10 +38,8 @@ static ngx_int_t ngx_http_rlm_api_not_allowed(ngx_http_request_t *r,
 ngx_int_t
 ngx_http_rlm_sessions_handler(ngx_http_request_t *r)
 {
-    u_char                   idbuf[NGX_HTTP_RLM_ID_BYTES];
     ngx_int_t                rc;
-    ngx_str_t                id, owner;
-    ngx_http_rlm_ctx_t      *ctx;
+    ngx_str_t                id;
     ngx_http_rlm_route_e     route;
     ngx_http_rlm_zone_t     *z;
     ngx_http_rlm_session_t  *s;
@@ -80,36 +78,12 @@ ngx_http_rlm_sessions_handler(ngx_http_request_t *r)
         break;
     }
 
-    if (ngx_http_rlm_session_parse_id(id.data, id.len, idbuf) != NGX_OK) {
-        return ngx_http_rlm_refuse(r, NGX_HTTP_BAD_REQUEST,
-                                   "invalid_request_error",
-                                   "invalid_session_id", NULL,
-                                   "a session id is 32 lowercase hex "
-                                   "characters");
-    }
-
-    ctx = ngx_http_rlm_get_ctx(r);
-    if (ctx == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ngx_memcpy(ctx->session_id, id.data, NGX_HTTP_RLM_ID_HEX);
-    ctx->has_session = 1;
-
-    if (ngx_http_rlm_api_owner(r, &owner) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    s = ngx_http_rlm_api_session(r, &id, &rc);
+    if (s == NULL) {
+        return rc;
     }
 
     z = ngx_http_rlm_zone();
-
-    s = ngx_http_rlm_session_get(z, idbuf, &owner);
-
-    if (s == NULL) {
-        return ngx_http_rlm_refuse(r, NGX_HTTP_NOT_FOUND,
-                                   "invalid_request_error",
-                                   "session_not_found", "id",
-                                   "no such session");
-    }
 
     switch (route) {
 
@@ -212,6 +186,61 @@ ngx_http_rlm_api_route(ngx_http_request_t *r, ngx_http_rlm_route_e *route,
     }
 
     return NGX_DECLINED;
+}
+
+
+/*
+ * The session a route names, as its owner sees it, held (give it back
+ * with ngx_http_rlm_session_put()).  NULL when there is none to serve: a
+ * malformed id is a 400, an unknown one or another owner's a 404; the
+ * answer is sent here and *rc is what the handler returns.
+ */
+
+ngx_http_rlm_session_t *
+ngx_http_rlm_api_session(ngx_http_request_t *r, ngx_str_t *id,
+    ngx_int_t *rc)
+{
+    u_char                   idbuf[NGX_HTTP_RLM_ID_BYTES];
+    ngx_str_t                owner;
+    ngx_http_rlm_ctx_t      *ctx;
+    ngx_http_rlm_session_t  *s;
+
+    if (ngx_http_rlm_session_parse_id(id->data, id->len, idbuf) != NGX_OK) {
+        *rc = ngx_http_rlm_refuse(r, NGX_HTTP_BAD_REQUEST,
+                                  "invalid_request_error",
+                                  "invalid_session_id", NULL,
+                                  "a session id is 32 lowercase hex "
+                                  "characters");
+        return NULL;
+    }
+
+    *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+
+    ctx = ngx_http_rlm_get_ctx(r);
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    ngx_memcpy(ctx->session_id, id->data, NGX_HTTP_RLM_ID_HEX);
+    ctx->has_session = 1;
+
+    if (ngx_http_rlm_api_owner(r, &owner) != NGX_OK) {
+        return NULL;
+    }
+
+    s = ngx_http_rlm_session_get(ngx_http_rlm_zone(), idbuf, &owner);
+
+    if (s == NULL) {
+        *rc = ngx_http_rlm_refuse(r, NGX_HTTP_NOT_FOUND,
+                                  "invalid_request_error",
+                                  "session_not_found", "id",
+                                  "no such session");
+        return NULL;
+    }
+
+    *rc = NGX_OK;
+
+    return s;
 }
 
 

@@ -501,6 +501,8 @@ void ngx_http_rlm_session_add_tokens(ngx_http_rlm_zone_t *z,
 /* ngx_http_rlm_api.c */
 ngx_int_t ngx_http_rlm_sessions_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_rlm_api_owner(ngx_http_request_t *r, ngx_str_t *owner);
+ngx_http_rlm_session_t *ngx_http_rlm_api_session(ngx_http_request_t *r,
+    ngx_str_t *id, ngx_int_t *rc);
 
 /* ngx_http_rlm_body_cap.c */
 ngx_int_t ngx_http_rlm_body_cap_init(ngx_conf_t *cf);

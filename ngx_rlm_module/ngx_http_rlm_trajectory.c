@@ -815,11 +815,9 @@ ngx_http_rlm_trajectory_valid_id(u_char *id, size_t len)
 ngx_int_t
 ngx_http_rlm_trajectories_handler(ngx_http_request_t *r)
 {
-    u_char                     idbuf[NGX_HTTP_RLM_ID_BYTES];
     time_t                     since;
     ngx_int_t                  rc;
-    ngx_str_t                  sid, cid, owner;
-    ngx_http_rlm_ctx_t        *ctx;
+    ngx_str_t                  sid, cid;
     ngx_http_rlm_zone_t       *z;
     ngx_http_rlm_session_t    *s;
     ngx_http_rlm_main_conf_t  *rmcf;
@@ -842,22 +840,6 @@ ngx_http_rlm_trajectories_handler(ngx_http_request_t *r)
                                        "{completion_id}");
     }
 
-    if (ngx_http_rlm_session_parse_id(sid.data, sid.len, idbuf) != NGX_OK) {
-        return ngx_http_rlm_send_error(r, NGX_HTTP_BAD_REQUEST,
-                                       "invalid_request_error",
-                                       "invalid_session_id",
-                                       "a session id is 32 lowercase hex "
-                                       "characters");
-    }
-
-    ctx = ngx_http_rlm_get_ctx(r);
-    if (ctx == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ngx_memcpy(ctx->session_id, sid.data, NGX_HTTP_RLM_ID_HEX);
-    ctx->has_session = 1;
-
     rmcf = ngx_http_get_module_main_conf(r, ngx_http_rlm_module);
 
     if (rmcf->trajectory_dir == NULL) {
@@ -868,25 +850,14 @@ ngx_http_rlm_trajectories_handler(ngx_http_request_t *r)
                                        "not set)");
     }
 
-    if (ngx_http_rlm_api_owner(r, &owner) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
+    /* the sessions API's id and owner checks: another owner's is unknown */
 
-    /*
-     * the same owner check as the sessions API: another owner's session
-     * does not exist
-     */
+    s = ngx_http_rlm_api_session(r, &sid, &rc);
+    if (s == NULL) {
+        return rc;
+    }
 
     z = ngx_http_rlm_zone();
-
-    s = ngx_http_rlm_session_get(z, idbuf, &owner);
-
-    if (s == NULL) {
-        return ngx_http_rlm_send_error_param(r, NGX_HTTP_NOT_FOUND,
-                                             "invalid_request_error",
-                                             "session_not_found", "id",
-                                             "no such session");
-    }
 
     /*
      * Files last written before the session existed belong to an earlier
