@@ -96,16 +96,13 @@ ngx_http_rlm_body_cap_filter(ngx_http_request_t *r, ngx_chain_t *in)
 static ngx_int_t
 ngx_http_rlm_body_cap_header_filter(ngx_http_request_t *r)
 {
-    u_char              *p;
+    u_char              *text;
     size_t               len;
+    json_t              *err;
     ngx_buf_t           *b;
     ngx_chain_t         *cl;
     ngx_http_rlm_ctx_t  *ctx;
-
-    static const char    fmt[] = "{\"error\":{\"message\":\"the request body"
-                                 " is larger than %O bytes\",\"type\":"
-                                 "\"invalid_request_error\",\"param\":null,"
-                                 "\"code\":\"body_too_large\"}}\n";
+    u_char               msg[64 + NGX_OFF_T_LEN];
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_rlm_module);
 
@@ -115,16 +112,27 @@ ngx_http_rlm_body_cap_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
-    len = sizeof(fmt) + NGX_OFF_T_LEN;
+    ngx_snprintf(msg, sizeof(msg), "the request body is larger than %O "
+                 "bytes%Z", ctx->body_cap);
 
-    b = ngx_create_temp_buf(r->pool, len);
-    cl = ngx_alloc_chain_link(r->pool);
-    if (b == NULL || cl == NULL) {
+    err = ngx_http_rlm_error_value("invalid_request_error", "body_too_large",
+                                   NULL, (char *) msg);
+    if (err == NULL) {
         return NGX_ERROR;
     }
 
-    p = ngx_snprintf(b->pos, len, fmt, ctx->body_cap);
-    b->last = p;
+    text = ngx_http_rlm_json_body(r->pool, err, &len);
+    json_decref(err);
+
+    b = ngx_calloc_buf(r->pool);
+    cl = ngx_alloc_chain_link(r->pool);
+    if (text == NULL || b == NULL || cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = text;
+    b->last = text + len;
+    b->memory = 1;
     b->last_buf = (r == r->main) ? 1 : 0;
     b->last_in_chain = 1;
 

@@ -396,6 +396,10 @@ char *ngx_http_rlm_check_bounds(ngx_conf_t *cf, void *post, void *data);
 /* ngx_http_rlm_reply.c */
 ngx_int_t ngx_http_rlm_send_json(ngx_http_request_t *r, ngx_uint_t status,
     u_char *data, size_t len);
+u_char *ngx_http_rlm_json_body(ngx_pool_t *pool, json_t *value,
+    size_t *len);
+json_t *ngx_http_rlm_error_value(const char *type, const char *code,
+    const char *param, const char *message);
 ngx_int_t ngx_http_rlm_send_json_value(ngx_http_request_t *r,
     ngx_uint_t status, json_t *value);
 ngx_int_t ngx_http_rlm_send_error(ngx_http_request_t *r, ngx_uint_t status,

@@ -121,35 +121,52 @@ ngx_http_rlm_send_json(ngx_http_request_t *r, ngx_uint_t status, u_char *data,
 }
 
 
-/* the text jansson allocated is freed with the request */
+/*
+ * A response body of value: compact JSON and a closing newline, in text
+ * jansson allocated and the pool frees.  NULL on failure.
+ */
 
-ngx_int_t
-ngx_http_rlm_send_json_value(ngx_http_request_t *r, ngx_uint_t status,
-    json_t *value)
+u_char *
+ngx_http_rlm_json_body(ngx_pool_t *pool, json_t *value, size_t *len)
 {
     char                *text;
-    size_t               len;
     ngx_pool_cleanup_t  *cln;
 
-    cln = ngx_pool_cleanup_add(r->pool, 0);
+    cln = ngx_pool_cleanup_add(pool, 0);
     if (cln == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NULL;
     }
 
     text = json_dumps(value, JSON_COMPACT|JSON_REAL_PRECISION(10));
     if (text == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NULL;
     }
 
     cln->handler = ngx_http_rlm_free_text;
     cln->data = text;
 
-    len = ngx_strlen(text);
+    *len = ngx_strlen(text);
 
     /* the closing newline replaces the terminating NUL */
-    text[len++] = '\n';
+    text[(*len)++] = '\n';
 
-    return ngx_http_rlm_send_json(r, status, (u_char *) text, len);
+    return (u_char *) text;
+}
+
+
+ngx_int_t
+ngx_http_rlm_send_json_value(ngx_http_request_t *r, ngx_uint_t status,
+    json_t *value)
+{
+    u_char  *text;
+    size_t   len;
+
+    text = ngx_http_rlm_json_body(r->pool, value, &len);
+    if (text == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_rlm_send_json(r, status, text, len);
 }
 
 
@@ -171,6 +188,16 @@ ngx_http_rlm_send_error(ngx_http_request_t *r, ngx_uint_t status,
 
 /* {"error":{"message","type","param","code"}} as OpenAI answers */
 
+json_t *
+ngx_http_rlm_error_value(const char *type, const char *code,
+    const char *param, const char *message)
+{
+    return json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error",
+                     "message", message, "type", type, "param", param,
+                     "code", code);
+}
+
+
 ngx_int_t
 ngx_http_rlm_send_error_param(ngx_http_request_t *r, ngx_uint_t status,
     const char *type, const char *code, const char *param,
@@ -179,9 +206,7 @@ ngx_http_rlm_send_error_param(ngx_http_request_t *r, ngx_uint_t status,
     json_t     *body;
     ngx_int_t   rc;
 
-    body = json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error",
-                     "message", message, "type", type, "param", param,
-                     "code", code);
+    body = ngx_http_rlm_error_value(type, code, param, message);
     if (body == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
