@@ -773,26 +773,16 @@ static ngx_int_t
 ngx_http_rlm_llm_add_header(ngx_http_request_t *r, char *name,
     ngx_uint_t value)
 {
-    u_char           *p;
-    ngx_table_elt_t  *h;
+    u_char  *p;
 
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN + 1);
     if (p == NULL) {
         return NGX_ERROR;
     }
 
-    h->hash = 1;
-    h->key.data = (u_char *) name;
-    h->key.len = ngx_strlen(name);
-    h->value.data = p;
-    h->value.len = ngx_sprintf(p, "%ui", value) - p;
+    ngx_sprintf(p, "%ui%Z", value);
 
-    return NGX_OK;
+    return ngx_http_rlm_set_header(r, name, (char *) p);
 }
 
 

@@ -217,9 +217,12 @@ rlm_limits_equal(const rlm_limits_t *a, const rlm_limits_t *b)
 }
 
 
-/* fork one sandbox; its socket is bound and listening before the fork */
+/*
+ * fork one sandbox; its socket is bound and listening before the fork.
+ * A sandbox for the pool is primed (see rlm_child_main()).
+ */
 static rlm_sandbox_t *
-rlm_spawn(const rlm_limits_t *limits, int background, const char **code)
+rlm_spawn(const rlm_limits_t *limits, int for_pool, const char **code)
 {
     rlm_sandbox_t      *sb;
     rlm_jail_limits_t   jl;
@@ -272,7 +275,7 @@ rlm_spawn(const rlm_limits_t *limits, int background, const char **code)
     pid = rlm_jail_fork(&rlm_pconf->jail, sb->id, &jl);
 
     if (pid == 0) {
-        rlm_child_main(rlm_pconf, &jl, limits, fd, background);
+        rlm_child_main(rlm_pconf, &jl, limits, fd, for_pool);
     }
 
     PyOS_AfterFork_Parent();
