@@ -4,7 +4,7 @@
  *
  * A once-a-second timer in every worker.  Worker 0 expires idle sessions
  * (releasing their sandboxes) and pings the manager for rlm_manager_up;
- * every worker drops the channel descriptors nginx hands it for the
+ * every worker tops up the spare sandboxes (rlm_session_spares) and drops the channel descriptors nginx hands it for the
  * supervised manager, which it never uses.
  */
 
@@ -74,6 +74,8 @@ ngx_http_rlm_janitor_handler(ngx_event_t *ev)
             ngx_http_rlm_janitor_ping(ev->log);
         }
     }
+
+    ngx_http_rlm_spare_fill(ev->log);
 
     ngx_add_timer(ev, NGX_HTTP_RLM_JANITOR_INTERVAL);
 }

@@ -123,7 +123,7 @@ ngx_http_rlm_metrics_handler(ngx_http_request_t *r)
     u_char                    *p, *start;
     size_t                     size;
     ngx_int_t                  rc;
-    ngx_uint_t                 i, live, cumulative;
+    ngx_uint_t                 i, live, spares, cumulative;
     ngx_buf_t                 *b;
     ngx_chain_t                out;
     ngx_http_rlm_zone_t       *z;
@@ -155,6 +155,8 @@ ngx_http_rlm_metrics_handler(ngx_http_request_t *r)
     live = z->sh->count;
     ngx_shmtx_unlock(&z->shpool->mutex);
 
+    spares = ngx_http_rlm_spare_ready(z);
+
     size = 8192;
 
     b = ngx_create_temp_buf(r->pool, size);
@@ -185,8 +187,16 @@ ngx_http_rlm_metrics_handler(ngx_http_request_t *r)
             "# HELP rlm_sessions_max The session limit.\n"
             "# TYPE rlm_sessions_max gauge\n"
             "rlm_sessions_max %ui\n"
+            "# HELP rlm_session_spares Spare sandboxes ready for new "
+            "sessions (rlm_session_spares).\n"
+            "# TYPE rlm_session_spares gauge\n"
+            "rlm_session_spares %ui\n"
             "# TYPE rlm_sessions_created_total counter\n"
             "rlm_sessions_created_total %uA\n"
+            "# HELP rlm_sessions_from_spare_total Sessions that took a "
+            "spare sandbox instead of asking the manager.\n"
+            "# TYPE rlm_sessions_from_spare_total counter\n"
+            "rlm_sessions_from_spare_total %uA\n"
             "# TYPE rlm_sessions_deleted_total counter\n"
             "rlm_sessions_deleted_total %uA\n"
             "# TYPE rlm_sessions_expired_total counter\n"
@@ -196,7 +206,8 @@ ngx_http_rlm_metrics_handler(ngx_http_request_t *r)
             "# HELP rlm_cells_total Cells run, by status.\n"
             "# TYPE rlm_cells_total counter\n",
             st->manager_up, z->sh->super.restarts, rmcf->pool_size, live,
-            rmcf->max_sessions, st->sessions_created, st->sessions_deleted,
+            rmcf->max_sessions, spares, st->sessions_created,
+            st->sessions_from_spare, st->sessions_deleted,
             st->sessions_expired, st->sessions_rejected);
 
     for (i = 0; i < NGX_HTTP_RLM_CELL_NSTATUS; i++) {

@@ -42,6 +42,10 @@ static ngx_conf_num_bounds_t  ngx_http_rlm_max_sessions_bounds = {
     ngx_http_rlm_check_bounds, 1, 1000000
 };
 
+static ngx_conf_num_bounds_t  ngx_http_rlm_spares_bounds = {
+    ngx_http_rlm_check_bounds, 0, 64
+};
+
 static ngx_conf_num_bounds_t  ngx_http_rlm_pids_bounds = {
     ngx_http_rlm_check_bounds, 1, 65536
 };
@@ -91,6 +95,13 @@ static ngx_command_t  ngx_http_rlm_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_rlm_main_conf_t, max_sessions),
       &ngx_http_rlm_max_sessions_bounds },
+
+    { ngx_string("rlm_session_spares"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, session_spares),
+      &ngx_http_rlm_spares_bounds },
 
     { ngx_string("rlm_cell_cpu_time"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -337,6 +348,7 @@ ngx_http_rlm_create_main_conf(ngx_conf_t *cf)
 
     rmcf->pool_size = NGX_CONF_UNSET_UINT;
     rmcf->max_sessions = NGX_CONF_UNSET_UINT;
+    rmcf->session_spares = NGX_CONF_UNSET_UINT;
     rmcf->cell_cpu_time = NGX_CONF_UNSET;
     rmcf->cell_timeout = NGX_CONF_UNSET_MSEC;
     rmcf->sandbox_memory = NGX_CONF_UNSET_SIZE;
@@ -361,6 +373,7 @@ ngx_http_rlm_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_uint_value(rmcf->pool_size, 8);
     ngx_conf_init_uint_value(rmcf->max_sessions, 1024);
+    ngx_conf_init_uint_value(rmcf->session_spares, 2);
     ngx_conf_init_value(rmcf->cell_cpu_time, 10);
     ngx_conf_init_msec_value(rmcf->cell_timeout, 30000);
     ngx_conf_init_size_value(rmcf->sandbox_memory, 512 * 1024 * 1024);

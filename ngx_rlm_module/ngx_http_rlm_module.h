@@ -78,6 +78,7 @@ typedef struct {
     ngx_atomic_t                sessions_deleted;
     ngx_atomic_t                sessions_expired;
     ngx_atomic_t                sessions_rejected;
+    ngx_atomic_t                sessions_from_spare;
     ngx_atomic_t                cells[NGX_HTTP_RLM_CELL_NSTATUS];
     ngx_atomic_t                cells_rejected;
     ngx_atomic_t                turns_woken;     /* by the worker's cell */
@@ -113,6 +114,13 @@ typedef enum {
 } ngx_http_rlm_session_state_e;
 
 
+/*
+ * A session, or a spare: a sandbox acquired ahead of time that is not a
+ * session yet (ngx_http_rlm_spare.c).  A spare is linked by lru into the
+ * zone's spares queue, not into the rbtree; CREATING while its acquire
+ * runs (busy_pid is the worker waiting for it), ACTIVE when ready.
+ */
+
 typedef struct {
     ngx_rbtree_node_t           node;      /* key: first id bytes */
     ngx_queue_t                 lru;       /* most recently used first */
@@ -142,6 +150,7 @@ typedef struct {
 
     ngx_uint_t                  generation;
     ngx_pid_t                   sandbox_pid;
+    uint32_t                    limits_key;  /* spares: the limits asked */
 
     u_char                      sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
     u_char                      path[NGX_HTTP_RLM_PATH_LEN];
@@ -165,6 +174,8 @@ typedef struct {
     ngx_uint_t                  count;
     ngx_http_rlm_stats_t        stats;
     ngx_http_rlm_super_t        super;
+    ngx_queue_t                 spares;    /* pending and ready spares */
+    ngx_uint_t                  nspares;
 } ngx_http_rlm_shctx_t;
 
 
@@ -182,6 +193,7 @@ typedef struct {
 
     ngx_uint_t                  pool_size;
     ngx_uint_t                  max_sessions;
+    ngx_uint_t                  session_spares;
 
     time_t                      cell_cpu_time;     /* seconds */
     ngx_msec_t                  cell_timeout;
@@ -386,6 +398,7 @@ struct ngx_http_rlm_open_s {
     ngx_pool_cleanup_t         *cleanup;
     ngx_http_rlm_open_t        *pending;
     ngx_http_rlm_open_t        *caller;
+    ngx_event_t                 taken;     /* a spare: answer when posted */
 };
 
 
@@ -501,6 +514,21 @@ uint64_t ngx_http_rlm_session_begin_completion(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s);
 void ngx_http_rlm_session_add_tokens(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s, uint64_t prompt, uint64_t completion);
+ngx_http_rlm_session_t *ngx_http_rlm_session_lookup_locked(
+    ngx_http_rlm_zone_t *z, u_char *id);
+void ngx_http_rlm_session_link_locked(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s, u_char *id, ngx_str_t *owner);
+void ngx_http_rlm_session_free_locked(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s);
+ngx_uint_t ngx_http_rlm_pid_alive(ngx_pid_t pid);
+
+/* ngx_http_rlm_spare.c */
+ngx_int_t ngx_http_rlm_spare_take(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_main_conf_t *rmcf, u_char *id, ngx_str_t *owner,
+    ngx_http_rlm_session_t **sp);
+void ngx_http_rlm_spare_fill(ngx_log_t *log);
+void ngx_http_rlm_spare_refill_soon(ngx_log_t *log);
+ngx_uint_t ngx_http_rlm_spare_ready(ngx_http_rlm_zone_t *z);
 
 /* ngx_http_rlm_api.c */
 ngx_int_t ngx_http_rlm_sessions_handler(ngx_http_request_t *r);

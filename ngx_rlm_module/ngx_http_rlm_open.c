@@ -3,8 +3,10 @@
  * ngx_rlm: Recursive Language Models served by nginx.
  *
  * Opening a session: reserve its entry in the shared zone, ask the
- * manager for a sandbox, activate the entry.  Used by POST /v1/sessions
- * and by completions that start a session (or a child RLM).
+ * manager for a sandbox, activate the entry; or take a spare sandbox
+ * (ngx_http_rlm_spare.c) when rlm_session_spares keeps some ready.  Used
+ * by POST /v1/sessions and by completions that start a session (or a
+ * child RLM).
  *
  * The manager's answer is awaited on a pool of its own: if the caller
  * goes away meanwhile, the answer still arrives and the sandbox goes back
@@ -18,6 +20,9 @@
 
 static void ngx_http_rlm_open_acquired(void *data, json_t *reply,
     ngx_http_rlm_peer_status_e status);
+static ngx_int_t ngx_http_rlm_open_spare(ngx_http_rlm_open_t *op,
+    ngx_pool_t *caller_pool, ngx_http_rlm_main_conf_t *rmcf);
+static void ngx_http_rlm_open_taken(ngx_event_t *ev);
 static void ngx_http_rlm_open_cleanup(void *data);
 static ngx_int_t ngx_http_rlm_open_fail(ngx_http_rlm_open_t *op,
     ngx_uint_t status, const char *code, const char *message);
@@ -54,6 +59,13 @@ ngx_http_rlm_session_open(ngx_http_rlm_open_t *op, ngx_pool_t *caller_pool,
     }
 
     ngx_http_rlm_session_format_id(id, op->hex);
+
+    if (rmcf->session_spares
+        && ngx_http_rlm_spare_take(op->zone, rmcf, id, owner, &op->session)
+           == NGX_OK)
+    {
+        return ngx_http_rlm_open_spare(op, caller_pool, rmcf);
+    }
 
     rc = ngx_http_rlm_session_reserve(op->zone, id, owner, rmcf->max_sessions,
                                       &op->session);
@@ -262,16 +274,99 @@ failed:
 }
 
 
-/* the caller ends before the manager answered: the answer cleans up */
+/*
+ * The session took a spare sandbox: it is ready, and the caller hears so
+ * from a posted event, as it would from the manager's answer.
+ */
+
+static ngx_int_t
+ngx_http_rlm_open_spare(ngx_http_rlm_open_t *op, ngx_pool_t *caller_pool,
+    ngx_http_rlm_main_conf_t *rmcf)
+{
+    u_char               sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
+    ngx_pool_cleanup_t  *cln;
+
+    cln = ngx_pool_cleanup_add(caller_pool, 0);
+
+    if (cln == NULL) {
+        if (ngx_http_rlm_session_delete(op->zone, op->session, sandbox)
+            == NGX_OK)
+        {
+            ngx_http_rlm_control_release(ngx_cycle->log, sandbox);
+        }
+
+        ngx_http_rlm_session_put(op->zone, op->session);
+        op->session = NULL;
+
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rmcf->trajectory_dir) {
+        (void) ngx_http_rlm_trajectory_forget(ngx_cycle->log,
+                                              &rmcf->trajectory_dir->name,
+                                              op->hex);
+    }
+
+    (void) ngx_atomic_fetch_add(&op->zone->sh->stats.sessions_created, 1);
+
+    ngx_http_rlm_spare_refill_soon(ngx_cycle->log);
+
+    op->status = 0;
+
+    op->taken.handler = ngx_http_rlm_open_taken;
+    op->taken.data = op;
+    op->taken.log = ngx_cycle->log;
+    ngx_post_event(&op->taken, &ngx_posted_events);
+
+    cln->handler = ngx_http_rlm_open_cleanup;
+    cln->data = op;
+    op->cleanup = cln;
+
+    return NGX_AGAIN;
+}
+
+
+static void
+ngx_http_rlm_open_taken(ngx_event_t *ev)
+{
+    ngx_http_rlm_open_t  *op = ev->data;
+
+    op->cleanup->handler = NULL;
+
+    op->handler(op);
+}
+
+
+/*
+ * The caller ends before the manager answered: the answer cleans up.  Or
+ * before it heard of the spare it took: the session goes at once.
+ */
 
 static void
 ngx_http_rlm_open_cleanup(void *data)
 {
     ngx_http_rlm_open_t  *op = data;
 
+    u_char  sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
+
     if (op->pending) {
         op->pending->caller = NULL;
         op->pending = NULL;
+    }
+
+    if (op->taken.posted) {
+        ngx_delete_posted_event(&op->taken);
+
+        if (ngx_http_rlm_session_delete(op->zone, op->session, sandbox)
+            == NGX_OK)
+        {
+            (void) ngx_atomic_fetch_add(
+                                   &op->zone->sh->stats.sessions_deleted, 1);
+            ngx_http_rlm_control_release(ngx_cycle->log, sandbox);
+        }
+
+        ngx_http_rlm_session_put(op->zone, op->session);
+        op->session = NULL;
     }
 }
 

@@ -26,15 +26,10 @@ static ngx_uint_t ngx_http_rlm_session_expire_batch(ngx_http_rlm_zone_t *z,
     time_t idle, ngx_log_t *log);
 static void ngx_http_rlm_session_rbtree_insert(ngx_rbtree_node_t *temp,
     ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
-static ngx_http_rlm_session_t *ngx_http_rlm_session_lookup_locked(
-    ngx_http_rlm_zone_t *z, u_char *id);
 static void ngx_http_rlm_session_unlink_locked(ngx_http_rlm_zone_t *z,
-    ngx_http_rlm_session_t *s);
-static void ngx_http_rlm_session_free_locked(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s);
 static ngx_uint_t ngx_http_rlm_session_owner_ok(ngx_http_rlm_session_t *s,
     ngx_str_t *owner);
-static ngx_uint_t ngx_http_rlm_pid_alive(ngx_pid_t pid);
 
 
 ngx_int_t
@@ -71,6 +66,7 @@ ngx_http_rlm_session_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ngx_rbtree_init(&z->sh->rbtree, &z->sh->sentinel,
                     ngx_http_rlm_session_rbtree_insert);
     ngx_queue_init(&z->sh->lru);
+    ngx_queue_init(&z->sh->spares);
 
     len = sizeof(" in rlm_sessions_zone \"\"") + shm_zone->shm.name.len;
 
@@ -199,7 +195,7 @@ ngx_http_rlm_session_key(u_char *id)
 }
 
 
-static ngx_http_rlm_session_t *
+ngx_http_rlm_session_t *
 ngx_http_rlm_session_lookup_locked(ngx_http_rlm_zone_t *z, u_char *id)
 {
     ngx_int_t                rc;
@@ -273,25 +269,39 @@ ngx_http_rlm_session_reserve(ngx_http_rlm_zone_t *z, u_char *id,
         return NGX_ERROR;
     }
 
-    ngx_memcpy(s->id, id, NGX_HTTP_RLM_ID_BYTES);
-    s->node.key = ngx_http_rlm_session_key(id);
     s->state = NGX_HTTP_RLM_SESSION_CREATING;
-    s->refs = 1;
-    s->created = ngx_time();
-    s->last_used = s->created;
-    s->owner_len = owner->len;
-    ngx_memcpy(s->owner, owner->data, owner->len);
     ngx_queue_init(&s->waiters);
 
-    ngx_rbtree_insert(&z->sh->rbtree, &s->node);
-    ngx_queue_insert_head(&z->sh->lru, &s->lru);
-    z->sh->count++;
+    ngx_http_rlm_session_link_locked(z, s, id, owner);
 
     ngx_shmtx_unlock(&z->shpool->mutex);
 
     *sp = s;
 
     return NGX_OK;
+}
+
+
+/*
+ * Enters s into the table under id and owner (checked by the caller: the
+ * id is free, the owner fits), referenced by its creator.
+ */
+
+void
+ngx_http_rlm_session_link_locked(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s, u_char *id, ngx_str_t *owner)
+{
+    ngx_memcpy(s->id, id, NGX_HTTP_RLM_ID_BYTES);
+    s->node.key = ngx_http_rlm_session_key(id);
+    s->refs = 1;
+    s->created = ngx_time();
+    s->last_used = s->created;
+    s->owner_len = owner->len;
+    ngx_memcpy(s->owner, owner->data, owner->len);
+
+    ngx_rbtree_insert(&z->sh->rbtree, &s->node);
+    ngx_queue_insert_head(&z->sh->lru, &s->lru);
+    z->sh->count++;
 }
 
 
@@ -476,7 +486,7 @@ ngx_http_rlm_session_unlink_locked(ngx_http_rlm_zone_t *z,
 }
 
 
-static void
+void
 ngx_http_rlm_session_free_locked(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s)
 {
@@ -902,7 +912,7 @@ ngx_http_rlm_session_expire_batch(ngx_http_rlm_zone_t *z, time_t idle,
 }
 
 
-static ngx_uint_t
+ngx_uint_t
 ngx_http_rlm_pid_alive(ngx_pid_t pid)
 {
     if (pid <= 0 || pid == ngx_pid) {
