@@ -24,6 +24,16 @@
 #define RLM_MAX_CLIENTS      1024
 #define RLM_CONTROL_JSON_MAX (1024 * 1024)
 
+/*
+ * A list reply stays within the frame limit above, the tighter of ours
+ * and nginx's (16 MiB).  Room kept for everything around the entries:
+ * {"ok":true,"sandboxes":[],"truncated":false,"live":N}; the echoed seq
+ * is counted separately.
+ */
+#define RLM_LIST_SLACK       256
+/* bytes of one entry besides its id, session and digits, with its comma */
+#define RLM_LIST_ENTRY_FIXED 40
+
 
 typedef struct {
     int             fd;
@@ -507,6 +517,104 @@ rlm_op_stats(void)
 }
 
 
+static size_t
+rlm_decimal_len(uint64_t n)
+{
+    size_t  len;
+
+    for (len = 1; n >= 10; n /= 10) {
+        len++;
+    }
+
+    return len;
+}
+
+
+/*
+ * Every live sandbox: id, session label and ms since its acquire.  Each
+ * entry's encoded size is counted as it is added; past the frame limit
+ * the list stops with "truncated":true, and the next list starts at the
+ * sandbox this one left out, so that successive lists cover every live
+ * sandbox even when one reply cannot.
+ */
+static json_t *
+rlm_op_list(json_t *seq)
+{
+    static unsigned  resume;
+
+    rlm_sandbox_t  *sb;
+    json_t         *list, *entry, *reply;
+    uint64_t        now, age_ms;
+    unsigned        n, k, i;
+    size_t          budget, used, len;
+    char           *s;
+    int             truncated;
+
+    budget = RLM_CONTROL_JSON_MAX - RLM_LIST_SLACK;
+
+    if (seq != NULL) {
+        s = json_dumps(seq, JSON_COMPACT | JSON_ENCODE_ANY);
+        len = s ? strlen(s) : budget;
+        free(s);
+        budget = len < budget ? budget - len : 0;
+    }
+
+    list = json_array();
+    if (list == NULL) {
+        return rlm_error("internal", "%s", "out of memory");
+    }
+
+    now = rlm_now_us();
+    n = rlm_pool_nslots();
+    used = 0;
+    truncated = 0;
+
+    if (resume >= n) {
+        resume = 0;
+    }
+
+    for (k = 0; k < n; k++) {
+        i = (resume + k) % n;
+        sb = rlm_pool_find_slot((int) i);
+
+        if (sb->state != RLM_SB_LIVE) {
+            continue;
+        }
+
+        age_ms = now > sb->live_us ? (now - sb->live_us) / 1000 : 0;
+        len = RLM_LIST_ENTRY_FIXED + strlen(sb->id) + strlen(sb->session)
+              + rlm_decimal_len(age_ms);
+
+        if (used + len > budget) {
+            truncated = 1;
+            resume = i;
+            break;
+        }
+
+        entry = json_pack("{s:s,s:s,s:I}", "sandbox", sb->id,
+                          "session", sb->session,
+                          "live_ms", (json_int_t) age_ms);
+
+        if (entry == NULL || json_array_append_new(list, entry) != 0) {
+            json_decref(list);
+            return rlm_error("internal", "%s", "out of memory");
+        }
+
+        used += len;
+    }
+
+    if (!truncated) {
+        resume = 0;
+    }
+
+    reply = json_pack("{s:b,s:o,s:b,s:i}", "ok", 1, "sandboxes", list,
+                      "truncated", truncated, "live", (int) rlm_stats.live);
+
+    /* NULL would mean "no reply now" to the caller */
+    return reply ? reply : rlm_error("internal", "%s", "out of memory");
+}
+
+
 /*
  * Returns the reply, or NULL when there is nothing to queue now: a release
  * answers once reaped, a warm acquire queued its prepared reply itself.
@@ -558,6 +666,10 @@ rlm_handle(unsigned idx, json_t *req, json_t *seq)
 
     if (strcmp(op, "interrupt") == 0) {
         return rlm_op_interrupt(req);
+    }
+
+    if (strcmp(op, "list") == 0) {
+        return rlm_op_list(seq);
     }
 
     if (strcmp(op, "release") == 0) {

@@ -37,6 +37,7 @@ typedef struct {
     uint32_t        waiter_gen;
     void           *waiter_seq;     /* json_t * echoed in the reply */
     uint64_t        born_us;
+    uint64_t        live_us;        /* when acquired (monotonic) */
     uint64_t        died_us;
     char           *warm_reply;     /* acquire reply prepared at fork time */
     size_t          warm_reply_len;
@@ -71,6 +72,7 @@ int rlm_pool_acquire(const rlm_limits_t *limits, const char *session,
 rlm_sandbox_t *rlm_pool_find(const char *id);
 int rlm_pool_slot(rlm_sandbox_t *sb);
 rlm_sandbox_t *rlm_pool_find_slot(int slot);
+unsigned rlm_pool_nslots(void);
 /* 1: killed, reply when reaped; 2: already dying; 0: was dead, freed */
 int rlm_pool_release(rlm_sandbox_t *sb);
 void rlm_pool_reap(void);

@@ -114,6 +114,13 @@ rlm_pool_find_slot(int slot)
 }
 
 
+unsigned
+rlm_pool_nslots(void)
+{
+    return rlm_nslots;
+}
+
+
 int
 rlm_pool_slot(rlm_sandbox_t *sb)
 {
@@ -347,6 +354,7 @@ rlm_make_live(rlm_sandbox_t *sb, const char *session, int warm)
 {
     sb->state = RLM_SB_LIVE;
     sb->warm = warm;
+    sb->live_us = rlm_now_us();
     snprintf(sb->session, sizeof(sb->session), "%s", session);
     rlm_stats.live++;
 

@@ -2,7 +2,7 @@
  * rlm-sandboxctl: command-line client of rlm-sandboxd.
  *
  *   rlm-sandboxctl run [options] [FILE ...]   run cells in one session
- *   rlm-sandboxctl stats|ping --manager SOCK
+ *   rlm-sandboxctl stats|ping|list --manager SOCK
  *   rlm-sandboxctl status --manager SOCK SANDBOX
  *
  * Without --manager, "run" starts a private manager (from $RLM_SANDBOXD or
@@ -884,7 +884,7 @@ rlm_ctl_usage(FILE *f)
 {
     fprintf(f,
 "usage: rlm-sandboxctl run [options] [FILE ...]\n"
-"       rlm-sandboxctl stats|ping --manager SOCK\n"
+"       rlm-sandboxctl stats|ping|list --manager SOCK\n"
 "       rlm-sandboxctl status --manager SOCK SANDBOX\n"
 "run options:\n"
 "  --manager SOCK       use a running manager (else a private one)\n"
@@ -1004,7 +1004,9 @@ main(int argc, char **argv)
         return c;
     }
 
-    if (strcmp(cmd, "stats") == 0 || strcmp(cmd, "ping") == 0) {
+    if (strcmp(cmd, "stats") == 0 || strcmp(cmd, "ping") == 0
+        || strcmp(cmd, "list") == 0)
+    {
         return rlm_cmd_simple(&o, cmd, NULL);
     }
 

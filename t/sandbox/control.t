@@ -23,6 +23,118 @@ $r = control($m, { op => 'hello', version => 2 });
 is($r->{error}{code}, 'version', 'other versions refused');
 ok(control($m, { op => 'ping' })->{ok}, 'ping');
 
+# list: the live sandboxes with their session labels and ages
+
+# one list request on a fresh connection: (decoded reply, raw JSON text)
+sub list_raw {
+    my ($req) = @_;
+    my $ls = connect_sock($m->{control});
+    send_frame($ls, $req);
+    my ($jl, $bl) = unpack('NN', SandboxUtil::read_n($ls, 8));
+    my $text = SandboxUtil::read_n($ls, $jl);
+    close $ls;
+    return ($text, $jl);
+}
+
+sub listed {
+    my ($reply) = @_;
+    return { map { $_->{sandbox} => $_ } @{ $reply->{sandboxes} || [] } };
+}
+
+ok(wait_until(sub { control($m, { op => 'stats' })->{idle} >= 1 }, 30),
+   'list: the pool holds an idle sandbox');
+$r = control($m, { op => 'list', seq => 'l1' });
+ok($r->{ok}, 'list on a fresh manager');
+is($r->{seq}, 'l1', 'list echoes seq');
+is(ref $r->{sandboxes}, 'ARRAY', 'sandboxes is an array');
+is(scalar @{ $r->{sandboxes} || [1] }, 0, 'idle pool sandboxes are not listed');
+ok(JSON::PP::is_bool($r->{truncated}) && !$r->{truncated},
+   'an empty list is not truncated');
+
+my $t_acq = Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC());
+my $la = control($m, { op => 'acquire', session => 'listA' });
+my $lb = control($m, { op => 'acquire', session => 'listB',
+                       limits => { wall_ms => 3000 } });
+ok($la->{ok} && $lb->{ok}, 'list: acquire A (warm) and B (cold)');
+my ($text) = list_raw({ op => 'list' });
+my $t_list = Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC());
+$r = json_dec($text);
+my $got = listed($r);
+is_deeply([sort keys %$got], [sort $la->{sandbox}, $lb->{sandbox}],
+          'both live sandboxes listed, ids as acquire returned them');
+is($got->{$la->{sandbox}}{session}, 'listA', 'A listed with its label');
+is($got->{$lb->{sandbox}}{session}, 'listB', 'B listed with its label');
+is(scalar(() = $text =~ /"live_ms":\d+[,}]/g), 2,
+   'live_ms is a non-negative JSON integer for both');
+is($r->{live}, 2, 'live counts both');
+# both were acquired after $t_acq and listed before $t_list: their ages
+# cannot be larger (a bound by causality, not a timing guess)
+for my $x ($la, $lb) {
+    my $ms = $got->{$x->{sandbox}}{live_ms} // -1;
+    ok($ms >= 0 && $ms <= ($t_list - $t_acq) * 1000 + 1,
+       "live_ms $ms counts from the acquire");
+}
+ok(!$r->{truncated}, 'two sandboxes are not truncated');
+
+# the entries never push a reply past the control frame limit: with a
+# seq that fills nearly all of it the list is cut short and says so; the
+# next list resumes with the sandbox left out (a seq is echoed whole, as
+# by every op, so the largest tried leaves the reply its ~100 bytes)
+my $max = 1024 * 1024;
+my $head = '{"op":"list","seq":"';
+my $seqmax = $max - 300;
+my ($jl, $one_len, $largest);
+$largest = 0;
+for (my $len = $seqmax; $len > $seqmax - 4000; $len -= 20) {
+    ($text, $jl) = list_raw($head . ('x' x $len) . '"}');
+    $largest = $jl if $jl > $largest;
+    my $n = () = $text =~ /"sandbox":"/g;
+    if ($len == $seqmax) {
+        ok(($text =~ /"truncated":true/ ? 1 : 0) == ($n < 2 ? 1 : 0),
+           "largest seq: $n of 2 listed, truncated says so");
+    }
+    if ($n > 0) {
+        $one_len = $len - 20;
+        last;
+    }
+}
+ok(defined $one_len, 'a shorter seq leaves room for entries');
+ok($largest > $max - 400 && $largest <= $max,
+   "replies up to $largest bytes, within 1 MiB");
+my %seen;
+for my $round (1, 2) {
+    ($text, $jl) = list_raw($head . ('x' x ($one_len // 0)) . '"}');
+    my @ids = $text =~ /"sandbox":"([0-9a-f]{20})"/g;
+    ok($jl <= $max && @ids == 1 && $text =~ /"truncated":true/,
+       "room for one of two: one entry, truncated, within 1 MiB ($round)");
+    $seen{$_}++ for @ids;
+}
+is_deeply([sort keys %seen], [sort $la->{sandbox}, $lb->{sandbox}],
+          'two truncated lists in a row cover both sandboxes');
+
+ok(control($m, { op => 'release', sandbox => $la->{sandbox} })->{ok},
+   'list: release A');
+$r = control($m, { op => 'list' });
+$got = listed($r);
+is_deeply([keys %$got], [$lb->{sandbox}], 'only B listed after A released');
+my ($ctl_out, $ctl_rc) = SandboxUtil::run_cmd([$CTL, 'list', '--manager',
+                                               $m->{control}]);
+is($ctl_rc, 0, 'rlm-sandboxctl list exits 0');
+is_deeply([keys %{ listed(json_dec($ctl_out)) }], [$lb->{sandbox}],
+          'rlm-sandboxctl list prints the reply');
+my $age = $got->{$lb->{sandbox}}{live_ms};
+sleep 1.2;
+$got = listed(control($m, { op => 'list' }));
+ok(defined $age && defined $got->{$lb->{sandbox}}
+   && $got->{$lb->{sandbox}}{live_ms} - $age >= 1000,
+   'live_ms grew by at least the 1.2 s slept');
+ok(control($m, { op => 'release', sandbox => $lb->{sandbox} })->{ok},
+   'list: release B');
+$r = control($m, { op => 'list' });
+is(scalar @{ $r->{sandboxes} || [1] }, 0, 'empty again after releases');
+$r = control($m, { op => 'lists' });
+is($r->{error}{code}, 'bad_request', 'a near-miss op is still unknown');
+
 # well-formed but wrong requests: an error, the connection stays
 my $s = connect_sock($m->{control});
 $r = request($s, { op => 'frobnicate' });
