@@ -354,12 +354,13 @@ ngx_http_rlm_api_create_body(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_rlm_api_create(ngx_http_request_t *r)
 {
-    u_char                     id[NGX_HTTP_RLM_ID_BYTES];
+    u_char                id[NGX_HTTP_RLM_ID_BYTES];
     json_t               *body, *jid;
     size_t                len;
     ngx_int_t             rc;
     ngx_str_t             owner;
     ngx_buf_t            *b;
+    ngx_uint_t            any_id;
     json_error_t          jerr;
     ngx_http_rlm_ctx_t   *ctx;
     ngx_http_rlm_open_t  *op;
@@ -369,6 +370,7 @@ ngx_http_rlm_api_create(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    any_id = 0;
     jid = NULL;
     body = NULL;
     len = 0;
@@ -428,6 +430,9 @@ ngx_http_rlm_api_create(ngx_http_request_t *r)
     {
         json_decref(body);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+
+    } else {
+        any_id = 1;
     }
 
     json_decref(body);
@@ -443,6 +448,7 @@ ngx_http_rlm_api_create(ngx_http_request_t *r)
 
     op->handler = ngx_http_rlm_api_opened;
     op->data = r;
+    op->any_id = any_id;
 
     ngx_http_rlm_session_format_id(id, ctx->session_id);
     ctx->has_session = 1;
@@ -474,6 +480,11 @@ ngx_http_rlm_api_opened(ngx_http_rlm_open_t *op)
     }
 
     ctx = ngx_http_rlm_get_ctx(r);
+
+    if (ctx) {
+        /* a spare's id, when the open took one */
+        ngx_memcpy(ctx->session_id, op->hex, NGX_HTTP_RLM_ID_HEX);
+    }
 
     o = ngx_http_rlm_session_json(op->zone, op->session);
 

@@ -972,6 +972,8 @@ ngx_http_rlm_chat_session(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
+        chat->open.any_id = 1;
+
     } else {
         if (ngx_http_rlm_session_parse_id(given->data, given->len, id)
             != NGX_OK)
@@ -1029,6 +1031,7 @@ static void
 ngx_http_rlm_chat_opened(ngx_http_rlm_open_t *op)
 {
     ngx_int_t             rc;
+    ngx_http_rlm_ctx_t   *ctx;
     ngx_http_request_t   *r;
     ngx_http_rlm_chat_t  *chat = op->data;
 
@@ -1037,6 +1040,13 @@ ngx_http_rlm_chat_opened(ngx_http_rlm_open_t *op)
     if (op->session == NULL) {
         ngx_http_rlm_finalize(r, ngx_http_rlm_open_send_error(r, op));
         return;
+    }
+
+    ctx = ngx_http_rlm_get_ctx(r);
+
+    if (ctx) {
+        /* a spare's id, when the open took one */
+        ngx_memcpy(ctx->session_id, op->hex, NGX_HTTP_RLM_ID_HEX);
     }
 
     chat->loop.session = op->session;

@@ -3,7 +3,8 @@
  * ngx_rlm: Recursive Language Models served by nginx.
  *
  * A once-a-second timer in every worker.  Worker 0 expires idle sessions
- * (releasing their sandboxes) and pings the manager for rlm_manager_up;
+ * (releasing their sandboxes), pings the manager for rlm_manager_up and
+ * every 10 s releases orphaned sandboxes (ngx_http_rlm_orphans.c);
  * every worker tops up the spare sandboxes (rlm_session_spares) and drops the channel descriptors nginx hands it for the
  * supervised manager, which it never uses.
  */
@@ -14,6 +15,7 @@
 
 #define NGX_HTTP_RLM_JANITOR_INTERVAL  1000
 #define NGX_HTTP_RLM_PING_EVERY        5
+#define NGX_HTTP_RLM_SWEEP_EVERY       10
 
 
 static void ngx_http_rlm_janitor_handler(ngx_event_t *ev);
@@ -69,10 +71,18 @@ ngx_http_rlm_janitor_handler(ngx_event_t *ev)
         ngx_http_rlm_session_expire(z, rmcf->session_idle_timeout, ev->log);
 
         if (rmcf->control_path.len
-            && ngx_http_rlm_janitor_ticks++ % NGX_HTTP_RLM_PING_EVERY == 0)
+            && ngx_http_rlm_janitor_ticks % NGX_HTTP_RLM_PING_EVERY == 0)
         {
             ngx_http_rlm_janitor_ping(ev->log);
         }
+
+        if (ngx_http_rlm_janitor_ticks % NGX_HTTP_RLM_SWEEP_EVERY
+            == NGX_HTTP_RLM_SWEEP_EVERY - 1)
+        {
+            ngx_http_rlm_orphans_sweep(ev->log);
+        }
+
+        ngx_http_rlm_janitor_ticks++;
     }
 
     ngx_http_rlm_spare_fill(ev->log);

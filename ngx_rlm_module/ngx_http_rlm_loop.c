@@ -111,6 +111,7 @@ ngx_http_rlm_loop_start(ngx_http_rlm_loop_t *loop)
     loop->state = NGX_HTTP_RLM_LOOP_OPEN;
     loop->open.handler = ngx_http_rlm_loop_opened;
     loop->open.data = loop;
+    loop->open.any_id = 1;
 
     rc = ngx_http_rlm_session_open(&loop->open, loop->pool, id,
                                    &loop->tree->owner);

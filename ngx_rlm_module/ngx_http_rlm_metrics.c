@@ -250,9 +250,13 @@ ngx_http_rlm_metrics_handler(ngx_http_request_t *r)
             "rlm_cell_duration_seconds_count %uA\n"
             "# TYPE rlm_sandbox_starts_total counter\n"
             "rlm_sandbox_starts_total %uA\n"
+            "# HELP rlm_sandbox_orphans_released_total Sandboxes the manager "
+            "had handed out that no session held, released by the sweep.\n"
+            "# TYPE rlm_sandbox_orphans_released_total counter\n"
+            "rlm_sandbox_orphans_released_total %uA\n"
             "# TYPE rlm_sandbox_deaths_total counter\n",
             st->cell_us_sum / 1000000, st->cell_us_sum % 1000000,
-            st->cell_count, st->sandbox_starts);
+            st->cell_count, st->sandbox_starts, st->sandbox_orphans);
 
     for (i = 0; i < NGX_HTTP_RLM_DEATH_N; i++) {
         p = ngx_slprintf(p, RLM_END,

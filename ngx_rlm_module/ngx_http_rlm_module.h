@@ -89,6 +89,7 @@ typedef struct {
     ngx_atomic_t                cell_us_sum;
     ngx_atomic_t                cell_count;
     ngx_atomic_t                sandbox_starts;
+    ngx_atomic_t                sandbox_orphans;
     ngx_atomic_t                sandbox_deaths[NGX_HTTP_RLM_DEATH_N];
     ngx_atomic_t                context_loads;
     ngx_atomic_t                context_bytes;
@@ -392,6 +393,12 @@ struct ngx_http_rlm_open_s {
     u_char                      hex[NGX_HTTP_RLM_ID_HEX];
     unsigned                    retry_after:1;
 
+    /*
+     * set by the caller: the id was made up, a spare's own may replace
+     * it (the id and hex then name the spare's, see ngx_http_rlm_spare.c)
+     */
+    unsigned                    any_id:1;
+
     /* private */
     ngx_http_rlm_zone_t        *zone;
     ngx_pool_t                 *pool;
@@ -522,9 +529,12 @@ void ngx_http_rlm_session_free_locked(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s);
 ngx_uint_t ngx_http_rlm_pid_alive(ngx_pid_t pid);
 
+/* ngx_http_rlm_orphans.c */
+void ngx_http_rlm_orphans_sweep(ngx_log_t *log);
+
 /* ngx_http_rlm_spare.c */
 ngx_int_t ngx_http_rlm_spare_take(ngx_http_rlm_zone_t *z,
-    ngx_http_rlm_main_conf_t *rmcf, u_char *id, ngx_str_t *owner,
+    ngx_http_rlm_main_conf_t *rmcf, ngx_str_t *owner,
     ngx_http_rlm_session_t **sp);
 void ngx_http_rlm_spare_fill(ngx_log_t *log);
 void ngx_http_rlm_spare_refill_soon(ngx_log_t *log);

@@ -60,10 +60,13 @@ ngx_http_rlm_session_open(ngx_http_rlm_open_t *op, ngx_pool_t *caller_pool,
 
     ngx_http_rlm_session_format_id(id, op->hex);
 
-    if (rmcf->session_spares
-        && ngx_http_rlm_spare_take(op->zone, rmcf, id, owner, &op->session)
+    if (rmcf->session_spares && op->any_id
+        && ngx_http_rlm_spare_take(op->zone, rmcf, owner, &op->session)
            == NGX_OK)
     {
+        ngx_memcpy(id, op->session->id, NGX_HTTP_RLM_ID_BYTES);
+        ngx_http_rlm_session_format_id(id, op->hex);
+
         return ngx_http_rlm_open_spare(op, caller_pool, rmcf);
     }
 

@@ -291,7 +291,10 @@ void
 ngx_http_rlm_session_link_locked(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s, u_char *id, ngx_str_t *owner)
 {
-    ngx_memcpy(s->id, id, NGX_HTTP_RLM_ID_BYTES);
+    if (id != s->id) {
+        ngx_memcpy(s->id, id, NGX_HTTP_RLM_ID_BYTES);
+    }
+
     s->node.key = ngx_http_rlm_session_key(id);
     s->refs = 1;
     s->created = ngx_time();

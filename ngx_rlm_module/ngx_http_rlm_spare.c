@@ -9,7 +9,9 @@
  * manager's CPU and the worker's again for the answer).
  *
  * A spare lives in the zone's spares queue, not in the rbtree: no request
- * can name it.  Taking one gives it the new session's id and owner.  A
+ * can name it.  Only an open whose id was made up for it takes a spare,
+ * which then becomes a session of the caller's owner under the id the
+ * spare was acquired for (a client-chosen id asks the manager).  A
  * spare is made only while sessions and spares together stay under
  * rlm_max_sessions.  One is never handed out after the manager restarted
  * (its sandbox is gone) or after a reload changed the sandbox limits (new
@@ -55,15 +57,16 @@ static ngx_connection_t  ngx_http_rlm_spare_refill_conn;
 
 
 /*
- * Gives a ready spare the session's id and owner: NGX_OK with *sp
- * referenced and active, or NGX_DECLINED when there is none to take (or
- * the id exists, or the session limit is reached: the ordinary open
- * reports those).
+ * Makes a ready spare a session of this owner, under the spare's own id
+ * (the one its sandbox was acquired for: the manager's records and the
+ * zone's agree, which the orphan sweep relies on).  NGX_OK with *sp
+ * referenced and active, or NGX_DECLINED when there is none to take or
+ * the session limit is reached (the ordinary open reports that).
  */
 
 ngx_int_t
 ngx_http_rlm_spare_take(ngx_http_rlm_zone_t *z,
-    ngx_http_rlm_main_conf_t *rmcf, u_char *id, ngx_str_t *owner,
+    ngx_http_rlm_main_conf_t *rmcf, ngx_str_t *owner,
     ngx_http_rlm_session_t **sp)
 {
     uint32_t                 key;
@@ -78,9 +81,7 @@ ngx_http_rlm_spare_take(ngx_http_rlm_zone_t *z,
 
     ngx_shmtx_lock(&z->shpool->mutex);
 
-    if (z->sh->count >= rmcf->max_sessions
-        || ngx_http_rlm_session_lookup_locked(z, id))
-    {
+    if (z->sh->count >= rmcf->max_sessions) {
         ngx_shmtx_unlock(&z->shpool->mutex);
         return NGX_DECLINED;
     }
@@ -91,14 +92,16 @@ ngx_http_rlm_spare_take(ngx_http_rlm_zone_t *z,
     {
         s = ngx_queue_data(q, ngx_http_rlm_session_t, lru);
 
-        if (!ngx_http_rlm_spare_usable(z, s, key)) {
+        if (!ngx_http_rlm_spare_usable(z, s, key)
+            || ngx_http_rlm_session_lookup_locked(z, s->id))
+        {
             continue;
         }
 
         ngx_queue_remove(q);
         z->sh->nspares--;
 
-        ngx_http_rlm_session_link_locked(z, s, id, owner);
+        ngx_http_rlm_session_link_locked(z, s, s->id, owner);
 
         ngx_shmtx_unlock(&z->shpool->mutex);
 
@@ -336,20 +339,22 @@ ngx_http_rlm_spare_acquire(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_main_conf_t *rmcf, ngx_http_rlm_session_t *s,
     ngx_log_t *log)
 {
-    u_char                    id[NGX_HTTP_RLM_ID_BYTES];
     u_char                    label[NGX_HTTP_RLM_ID_HEX];
     json_t                   *req;
     ngx_int_t                 rc;
     ngx_pool_t               *pool;
     ngx_http_rlm_spare_op_t  *op;
 
-    /* the manager files the sandbox under a session id; any will do */
+    /*
+     * the id of the session the spare will become; no other worker reads
+     * it before the spare is ready
+     */
 
-    if (ngx_http_rlm_session_random_id(id, log) != NGX_OK) {
+    if (ngx_http_rlm_session_random_id(s->id, log) != NGX_OK) {
         return NGX_ERROR;
     }
 
-    ngx_http_rlm_session_format_id(id, label);
+    ngx_http_rlm_session_format_id(s->id, label);
 
     pool = ngx_create_pool(1024, log);
     if (pool == NULL) {
