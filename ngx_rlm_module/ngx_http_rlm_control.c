@@ -143,34 +143,80 @@ static void
 ngx_http_rlm_control_forget(ngx_log_t *log, const char *op,
     u_char *sandbox)
 {
-    json_t      *req;
-    ngx_pool_t  *pool;
+    json_t  *req;
 
     if (sandbox[0] == '\0') {
         return;
     }
 
-    pool = ngx_create_pool(1024, log);
-    if (pool == NULL) {
-        return;
-    }
-
     req = json_pack("{s:s, s:s}", "op", op, "sandbox", (char *) sandbox);
-    if (req == NULL) {
-        ngx_destroy_pool(pool);
-        return;
-    }
 
-    if (ngx_http_rlm_control(pool, log, req, NGX_HTTP_RLM_CONTROL_TIMEOUT,
-                             ngx_http_rlm_control_release_done, pool)
-        != NGX_OK)
+    if (req == NULL
+        || ngx_http_rlm_control_pooled(log, req,
+                                       ngx_http_rlm_control_release_done)
+           != NGX_OK)
     {
         ngx_log_error(NGX_LOG_ERR, log, 0,
                       "rlm: could not %s sandbox \"%s\"", op, sandbox);
-        ngx_destroy_pool(pool);
     }
 
     json_decref(req);
+}
+
+
+/*
+ * Sends req on a pool of its own, which the handler gets as data and
+ * destroys.  NGX_ERROR: nothing was sent and the pool is gone.
+ */
+
+ngx_int_t
+ngx_http_rlm_control_pooled(ngx_log_t *log, json_t *req,
+    ngx_http_rlm_control_pt handler)
+{
+    ngx_pool_t  *pool;
+
+    pool = ngx_create_pool(1024, log);
+    if (pool == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_rlm_control(pool, log, req, NGX_HTTP_RLM_CONTROL_TIMEOUT,
+                             handler, pool)
+        != NGX_OK)
+    {
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* an acquire for session hex, with the running configuration's limits */
+
+ngx_int_t
+ngx_http_rlm_control_acquire(ngx_pool_t *pool, u_char *hex,
+    ngx_http_rlm_control_pt handler, void *data)
+{
+    json_t                    *req;
+    ngx_int_t                  rc;
+    ngx_http_rlm_main_conf_t  *rmcf;
+
+    rmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_rlm_module);
+
+    req = json_pack("{s:s, s:s%, s:o}", "op", "acquire",
+                    "session", (char *) hex, (size_t) NGX_HTTP_RLM_ID_HEX,
+                    "limits", ngx_http_rlm_control_limits(rmcf));
+    if (req == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_rlm_control(pool, pool->log, req,
+                              NGX_HTTP_RLM_CONTROL_TIMEOUT, handler, data);
+    json_decref(req);
+
+    return rc;
 }
 
 

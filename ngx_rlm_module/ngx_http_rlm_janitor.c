@@ -94,32 +94,23 @@ ngx_http_rlm_janitor_handler(ngx_event_t *ev)
 static void
 ngx_http_rlm_janitor_ping(ngx_log_t *log)
 {
-    json_t      *req;
-    ngx_pool_t  *pool;
+    json_t  *req;
 
     if (ngx_http_rlm_janitor_pinging) {
         return;
     }
 
-    pool = ngx_create_pool(1024, log);
-    if (pool == NULL) {
-        return;
-    }
-
     req = json_pack("{s:s}", "op", "ping");
     if (req == NULL) {
-        ngx_destroy_pool(pool);
         return;
     }
 
     ngx_http_rlm_janitor_pinging = 1;
 
-    if (ngx_http_rlm_control(pool, log, req, NGX_HTTP_RLM_CONTROL_TIMEOUT,
-                             ngx_http_rlm_janitor_pong, pool)
+    if (ngx_http_rlm_control_pooled(log, req, ngx_http_rlm_janitor_pong)
         != NGX_OK)
     {
         ngx_http_rlm_janitor_pinging = 0;
-        ngx_destroy_pool(pool);
     }
 
     json_decref(req);

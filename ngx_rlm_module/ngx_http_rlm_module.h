@@ -475,6 +475,10 @@ ngx_int_t ngx_http_rlm_control(ngx_pool_t *pool, ngx_log_t *log,
 void ngx_http_rlm_control_release(ngx_log_t *log, u_char *sandbox);
 void ngx_http_rlm_control_interrupt(ngx_log_t *log, u_char *sandbox);
 json_t *ngx_http_rlm_control_limits(ngx_http_rlm_main_conf_t *rmcf);
+ngx_int_t ngx_http_rlm_control_pooled(ngx_log_t *log, json_t *req,
+    ngx_http_rlm_control_pt handler);
+ngx_int_t ngx_http_rlm_control_acquire(ngx_pool_t *pool, u_char *hex,
+    ngx_http_rlm_control_pt handler, void *data);
 
 /* ngx_http_rlm_session.c */
 ngx_int_t ngx_http_rlm_session_init_zone(ngx_shm_zone_t *shm_zone,

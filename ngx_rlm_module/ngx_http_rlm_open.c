@@ -39,7 +39,6 @@ ngx_int_t
 ngx_http_rlm_session_open(ngx_http_rlm_open_t *op, ngx_pool_t *caller_pool,
     u_char *id, ngx_str_t *owner)
 {
-    json_t                    *req;
     ngx_int_t                  rc;
     ngx_pool_t                *pool;
     ngx_pool_cleanup_t        *cln;
@@ -138,18 +137,9 @@ ngx_http_rlm_session_open(ngx_http_rlm_open_t *op, ngx_pool_t *caller_pool,
     cln->data = op;
     op->cleanup = cln;
 
-    req = json_pack("{s:s, s:s%, s:o}", "op", "acquire",
-                    "session", (char *) op->hex, (size_t) NGX_HTTP_RLM_ID_HEX,
-                    "limits", ngx_http_rlm_control_limits(rmcf));
-
-    rc = NGX_ERROR;
-
-    if (req) {
-        rc = ngx_http_rlm_control(pool, ngx_cycle->log, req,
-                                  NGX_HTTP_RLM_CONTROL_TIMEOUT,
-                                  ngx_http_rlm_open_acquired, op->pending);
-        json_decref(req);
-    }
+    rc = ngx_http_rlm_control_acquire(pool, op->hex,
+                                      ngx_http_rlm_open_acquired,
+                                      op->pending);
 
     if (rc != NGX_OK) {
         cln->handler = NULL;

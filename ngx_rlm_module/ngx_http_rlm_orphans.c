@@ -37,7 +37,6 @@ void
 ngx_http_rlm_orphans_sweep(ngx_log_t *log)
 {
     json_t                    *req;
-    ngx_pool_t                *pool;
     ngx_http_rlm_main_conf_t  *rmcf;
 
     rmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
@@ -49,25 +48,17 @@ ngx_http_rlm_orphans_sweep(ngx_log_t *log)
         return;
     }
 
-    pool = ngx_create_pool(1024, log);
-    if (pool == NULL) {
-        return;
-    }
-
     req = json_pack("{s:s}", "op", "list");
     if (req == NULL) {
-        ngx_destroy_pool(pool);
         return;
     }
 
     ngx_http_rlm_orphans_listing = 1;
 
-    if (ngx_http_rlm_control(pool, log, req, NGX_HTTP_RLM_CONTROL_TIMEOUT,
-                             ngx_http_rlm_orphans_listed, pool)
+    if (ngx_http_rlm_control_pooled(log, req, ngx_http_rlm_orphans_listed)
         != NGX_OK)
     {
         ngx_http_rlm_orphans_listing = 0;
-        ngx_destroy_pool(pool);
     }
 
     json_decref(req);

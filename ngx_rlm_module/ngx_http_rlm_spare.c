@@ -41,8 +41,7 @@ static uint32_t ngx_http_rlm_spare_limits_key(
 static ngx_uint_t ngx_http_rlm_spare_usable(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s, uint32_t key);
 static ngx_int_t ngx_http_rlm_spare_acquire(ngx_http_rlm_zone_t *z,
-    ngx_http_rlm_main_conf_t *rmcf, ngx_http_rlm_session_t *s,
-    ngx_log_t *log);
+    ngx_http_rlm_session_t *s, ngx_log_t *log);
 static void ngx_http_rlm_spare_acquired(void *data, json_t *reply,
     ngx_http_rlm_peer_status_e status);
 static void ngx_http_rlm_spare_drop(ngx_http_rlm_zone_t *z,
@@ -232,7 +231,7 @@ ngx_http_rlm_spare_fill(ngx_log_t *log)
     }
 
     for (i = 0; i < nnew; i++) {
-        if (ngx_http_rlm_spare_acquire(z, rmcf, fresh[i], log) != NGX_OK) {
+        if (ngx_http_rlm_spare_acquire(z, fresh[i], log) != NGX_OK) {
             ngx_http_rlm_spare_drop(z, fresh[i]);
         }
     }
@@ -335,13 +334,10 @@ ngx_http_rlm_spare_usable(ngx_http_rlm_zone_t *z, ngx_http_rlm_session_t *s,
 
 
 static ngx_int_t
-ngx_http_rlm_spare_acquire(ngx_http_rlm_zone_t *z,
-    ngx_http_rlm_main_conf_t *rmcf, ngx_http_rlm_session_t *s,
+ngx_http_rlm_spare_acquire(ngx_http_rlm_zone_t *z, ngx_http_rlm_session_t *s,
     ngx_log_t *log)
 {
     u_char                    label[NGX_HTTP_RLM_ID_HEX];
-    json_t                   *req;
-    ngx_int_t                 rc;
     ngx_pool_t               *pool;
     ngx_http_rlm_spare_op_t  *op;
 
@@ -371,19 +367,10 @@ ngx_http_rlm_spare_acquire(ngx_http_rlm_zone_t *z,
     op->spare = s;
     op->pool = pool;
 
-    req = json_pack("{s:s, s:s%, s:o}", "op", "acquire",
-                    "session", (char *) label, (size_t) NGX_HTTP_RLM_ID_HEX,
-                    "limits", ngx_http_rlm_control_limits(rmcf));
-    if (req == NULL) {
-        ngx_destroy_pool(pool);
-        return NGX_ERROR;
-    }
-
-    rc = ngx_http_rlm_control(pool, log, req, NGX_HTTP_RLM_CONTROL_TIMEOUT,
-                              ngx_http_rlm_spare_acquired, op);
-    json_decref(req);
-
-    if (rc != NGX_OK) {
+    if (ngx_http_rlm_control_acquire(pool, label,
+                                     ngx_http_rlm_spare_acquired, op)
+        != NGX_OK)
+    {
         ngx_destroy_pool(pool);
         return NGX_ERROR;
     }
