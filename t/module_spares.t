@@ -66,9 +66,14 @@ sub start {
     return $dir;
 }
 
+# and no worker crashed meanwhile (workers this suite kills die of 9)
 sub stop {
+    my ($dir) = @_;
     stop_nginx();
     $running = 0;
+    open my $fh, '<', "$dir/logs/error.log" or return fail('no error.log');
+    my @bad = grep { /exited on signal (?!9\b)|\[emerg\]/ } <$fh>;
+    ok(!@bad, "$dir: no worker crashed") or diag(@bad);
 }
 
 sub healthy {
@@ -189,7 +194,7 @@ my $id_re = qr/^[0-9a-f]{32}$/;
     is(manager_stats($dir)->{live}, 1,
        'off: the manager holds only the session\'s sandbox');
 
-    stop();
+    stop($dir);
 }
 
 # ---------------------------------------------------------------------
@@ -339,7 +344,7 @@ my $id_re = qr/^[0-9a-f]{32}$/;
     is($doc->{status}, 'sandbox_lost',
        'kill: a session from before the restart is lost, as before');
 
-    stop();
+    stop($dir);
 }
 
 # ---------------------------------------------------------------------
@@ -409,7 +414,7 @@ my $id_re = qr/^[0-9a-f]{32}$/;
     is(from_spare(), $fs, 'lower: without a spare');
     is(listed(), 2, 'lower: two sessions listed');
 
-    stop();
+    stop($dir);
 }
 
 # ---------------------------------------------------------------------
@@ -481,7 +486,7 @@ my $id_re = qr/^[0-9a-f]{32}$/;
            "orphans: session $i (from a spare) keeps its sandbox");
     }
 
-    stop();
+    stop($dir);
 }
 
 # ---------------------------------------------------------------------
