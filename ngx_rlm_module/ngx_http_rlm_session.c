@@ -269,7 +269,10 @@ ngx_http_rlm_session_reserve(ngx_http_rlm_zone_t *z, u_char *id,
         return NGX_ERROR;
     }
 
+    /* until the sandbox is there, busy_pid names the creating worker */
+
     s->state = NGX_HTTP_RLM_SESSION_CREATING;
+    s->busy_pid = ngx_pid;
     ngx_queue_init(&s->waiters);
 
     ngx_http_rlm_session_link_locked(z, s, id, owner);
@@ -338,6 +341,7 @@ ngx_http_rlm_session_activate(ngx_http_rlm_zone_t *z,
 
     s->sandbox_pid = (ngx_pid_t) pid;
     s->generation = z->sh->super.starts;
+    s->busy_pid = 0;
 
     if (!s->deleted) {
         s->state = NGX_HTTP_RLM_SESSION_ACTIVE;
@@ -887,6 +891,19 @@ ngx_http_rlm_session_expire_batch(ngx_http_rlm_zone_t *z, time_t idle,
 
         if (now - s->last_used <= idle) {
             break;
+        }
+
+        if (s->state == NGX_HTTP_RLM_SESSION_CREATING
+            && !ngx_http_rlm_pid_alive(s->busy_pid))
+        {
+            /*
+             * its worker died before the manager answered: the reference
+             * was that worker's, the sandbox (if any) an orphan the sweep
+             * releases
+             */
+            ngx_http_rlm_session_unlink_locked(z, s);
+            ngx_http_rlm_session_free_locked(z, s);
+            continue;
         }
 
         if (s->refs > 0 || s->busy) {

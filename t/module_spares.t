@@ -9,7 +9,8 @@
 # While the manager is stopped, sessions are still created from spares;
 # workers killed while their refills wait do not block the spares for
 # good, and the sandboxes the manager handed to them are released by the
-# orphan sweep.  Directive bounds are checked by nginx -t.  Real nginx (master + 2
+# orphan sweep; a session whose worker died while creating it goes at
+# expiry.  Directive bounds are checked by nginx -t.  Real nginx (master + 2
 # workers), real rlm-sandboxd, real CPython.
 
 use strict;
@@ -20,6 +21,7 @@ use lib "$FindBin::Bin/module_lib";
 
 use File::Path qw( make_path );
 use File::Temp qw( tempdir );
+use IO::Socket::INET;
 use JSON::PP;
 use Test::More;
 use Time::HiRes qw( sleep );
@@ -485,6 +487,52 @@ my $id_re = qr/^[0-9a-f]{32}$/;
         is($doc->{stdout}, "still\n",
            "orphans: session $i (from a spare) keeps its sandbox");
     }
+
+    stop($dir);
+}
+
+# ---------------------------------------------------------------------
+# 9. a worker killed while it waited for the manager to open a session:
+# the half-made session goes at expiry, its sandbox with the sweep
+
+{
+    my $dir = start('mid-create', 19964, "    rlm_session_spares 0;\n"
+                                        . "    rlm_session_idle_timeout 1s;");
+
+    my $mgr = sandboxd_pid();
+    ok($mgr, 'mid-create: found the manager');
+    kill 'STOP', $mgr;
+
+    # a create that waits for the stopped manager
+    my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                     PeerPort => 19964);
+    ok($sock, 'mid-create: connected');
+    print $sock "POST /v1/sessions HTTP/1.1\r\nHost: t\r\n"
+                . "Content-Length: 0\r\n\r\n";
+    ok(wait_until(sub { (metric('rlm_sessions_live') // 0) == 1 }, 3),
+       'mid-create: the session being created holds a place');
+
+    my @old = worker_pids();
+    kill 'KILL', @old;
+    my %old = map { $_ => 1 } @old;
+    ok(wait_until(sub {
+        my @now = worker_pids();
+        @now == 2 && !grep { $old{$_} } @now;
+    }, 20), 'mid-create: its worker is killed and replaced');
+    close $sock;
+    kill 'CONT', $mgr;
+
+    ok(wait_until(sub { (metric('rlm_sessions_live') // -1) == 0 }, 10),
+       'mid-create: the place is given back at expiry')
+        or diag(metric('rlm_sessions_live'));
+    ok(wait_until(sub { (manager_stats($dir)->{live} // -1) == 0 }, 60),
+       'mid-create: the sandbox the manager handed out is released')
+        or diag(explain(manager_stats($dir)));
+    is(metric('rlm_sandbox_orphans_released_total'), 1,
+       'mid-create: by the sweep');
+
+    my ($st, $doc) = create();
+    is($st, 201, 'mid-create: sessions are created as before');
 
     stop($dir);
 }
