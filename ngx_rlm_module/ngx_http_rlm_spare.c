@@ -224,8 +224,9 @@ ngx_http_rlm_spare_fill(ngx_log_t *log)
 
     for (i = 0; i < nstale; i++) {
         ngx_log_error(NGX_LOG_INFO, log, 0,
-                      "rlm: releasing spare sandbox \"%s\" (limits changed "
-                      "or rlm_session_spares lowered)", stale[i]);
+                      "rlm: releasing spare sandbox \"%s\": it is gone, "
+                      "the limits changed or rlm_session_spares was lowered",
+                      stale[i]);
 
         ngx_http_rlm_control_release(log, stale[i]);
     }
@@ -321,7 +322,12 @@ ngx_http_rlm_spare_limits_key(ngx_http_rlm_main_conf_t *rmcf)
 }
 
 
-/* called with the zone locked */
+/*
+ * Called with the zone locked.  The process check catches sandboxes that
+ * died without the generation changing: an external manager restarted, or
+ * the manager of the old binary during a binary upgrade (whose control
+ * socket the new workers used until it left).
+ */
 
 static ngx_uint_t
 ngx_http_rlm_spare_usable(ngx_http_rlm_zone_t *z, ngx_http_rlm_session_t *s,
@@ -329,7 +335,8 @@ ngx_http_rlm_spare_usable(ngx_http_rlm_zone_t *z, ngx_http_rlm_session_t *s,
 {
     return s->state == NGX_HTTP_RLM_SESSION_ACTIVE
            && s->generation == z->sh->super.starts
-           && s->limits_key == key;
+           && s->limits_key == key
+           && ngx_http_rlm_pid_alive(s->sandbox_pid);
 }
 
 

@@ -10,7 +10,8 @@
 # workers killed while their refills wait do not block the spares for
 # good, and the sandboxes the manager handed to them are released by the
 # orphan sweep; a session whose worker died while creating it goes at
-# expiry.  Directive bounds are checked by nginx -t.  Real nginx (master + 2
+# expiry; after a binary upgrade no spare of the old manager is handed
+# out.  Directive bounds are checked by nginx -t.  Real nginx (master + 2
 # workers), real rlm-sandboxd, real CPython.
 
 use strict;
@@ -533,6 +534,41 @@ my $id_re = qr/^[0-9a-f]{32}$/;
 
     my ($st, $doc) = create();
     is($st, 201, 'mid-create: sessions are created as before');
+
+    stop($dir);
+}
+
+# ---------------------------------------------------------------------
+# 10. a binary upgrade: the new master's workers first reach the old
+# binary's manager (they share its socket) and take spares from it; those
+# die with it and must not be handed out
+
+SKIP: {
+    skip 'no binary upgrade under valgrind', 9
+        if $ENV{TEST_NGINX_USE_VALGRIND};
+
+    my $dir = start('upgrade', 19965, '');
+    ok(spares_reach(2), 'upgrade: two spares');
+
+    my $old = master_pid();
+    signal_nginx('USR2');
+    ok(wait_until(sub {
+        my $p = master_pid();
+        $p && $p != $old && -f "$dir/logs/nginx.pid.oldbin";
+    }, 20), 'upgrade: a new master runs next to the old one');
+    sleep 3;    # its workers make spares meanwhile
+
+    kill 'QUIT', $old;
+    ok(wait_until(sub { !kill 0, $old }, 30), 'upgrade: the old master left');
+    ok(wait_until(\&healthy, 30), 'upgrade: the new manager answers');
+
+    for my $i (1 .. 3) {
+        my ($st, $doc) = create();
+        $doc = evalc($doc->{id} // 'none', 'print("up")') if $st == 201;
+        is($doc->{status}, 'ok', "upgrade: session $i works")
+            or diag(explain($doc));
+    }
+    ok(spares_reach(2), 'upgrade: spares from the new manager');
 
     stop($dir);
 }
