@@ -926,7 +926,6 @@ static ngx_int_t
 ngx_http_rlm_chat_session(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat)
 {
     u_char                   id[NGX_HTTP_RLM_ID_BYTES];
-    u_char                   sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
     ngx_int_t                rc;
     ngx_str_t               *given, cookie, owner;
     ngx_str_t                name = ngx_string("rlm_session");
@@ -1005,12 +1004,7 @@ ngx_http_rlm_chat_session(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat)
 
         /* reset: a fresh sandbox under the same id */
 
-        if (ngx_http_rlm_session_delete(z, s, sandbox) == NGX_OK) {
-            (void) ngx_atomic_fetch_add(&z->sh->stats.sessions_deleted, 1);
-            ngx_http_rlm_control_release(ngx_cycle->log, sandbox);
-        }
-
-        ngx_http_rlm_session_put(z, s);
+        ngx_http_rlm_session_discard(z, s);
     }
 
     ngx_http_rlm_session_format_id(id, ctx->session_id);

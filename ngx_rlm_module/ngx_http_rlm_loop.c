@@ -235,7 +235,6 @@ ngx_http_rlm_loop_cleanup(void *data)
 static void
 ngx_http_rlm_loop_end(ngx_http_rlm_loop_t *loop)
 {
-    u_char                sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
     ngx_http_rlm_zone_t  *z;
 
     if (loop->session == NULL) {
@@ -245,17 +244,13 @@ ngx_http_rlm_loop_end(ngx_http_rlm_loop_t *loop)
     z = ngx_http_rlm_zone();
 
     if (loop->own_session) {
-        if (ngx_http_rlm_session_delete(z, loop->session, sandbox)
-            == NGX_OK)
-        {
-            (void) ngx_atomic_fetch_add(&z->sh->stats.sessions_deleted, 1);
-            ngx_http_rlm_control_release(ngx_cycle->log, sandbox);
-        }
-
+        ngx_http_rlm_session_discard(z, loop->session);
         loop->own_session = 0;
+
+    } else {
+        ngx_http_rlm_session_put(z, loop->session);
     }
 
-    ngx_http_rlm_session_put(z, loop->session);
     loop->session = NULL;
 
     if (loop->tree->loops) {
@@ -381,6 +376,7 @@ ngx_http_rlm_loop_prepare(ngx_http_rlm_loop_t *loop)
     u_char               name[32];
     const char          *evalue;
     json_t              *frame, *res;
+    ngx_str_t           *body;
     ngx_uint_t           step;
     ngx_pool_cleanup_t  *cln;
 
@@ -457,23 +453,19 @@ ngx_http_rlm_loop_prepare(ngx_http_rlm_loop_t *loop)
                 ngx_sprintf(name, "context_%uL%Z", loop->turn);
             }
 
-            if (loop->context_json.data) {
+            /* a body kept as JSON or as text goes as the sandbox's blob */
+
+            body = loop->context_json.data ? &loop->context_json
+                                           : &loop->context_text;
+
+            if (body->data) {
                 frame = json_pack("{s:s, s:s, s:s}", "op", "load_context",
-                                  "name", (char *) name, "format", "json");
+                                  "name", (char *) name, "format",
+                                  body == &loop->context_json ? "json"
+                                                              : "text");
 
-                return ngx_http_rlm_loop_sandbox(loop, frame,
-                                                 loop->context_json.data,
-                                                 loop->context_json.len,
-                                                 NGX_HTTP_RLM_LOOP_OP_TIMEOUT);
-            }
-
-            if (loop->context_text.data) {
-                frame = json_pack("{s:s, s:s, s:s}", "op", "load_context",
-                                  "name", (char *) name, "format", "text");
-
-                return ngx_http_rlm_loop_sandbox(loop, frame,
-                                                 loop->context_text.data,
-                                                 loop->context_text.len,
+                return ngx_http_rlm_loop_sandbox(loop, frame, body->data,
+                                                 body->len,
                                                  NGX_HTTP_RLM_LOOP_OP_TIMEOUT);
             }
 

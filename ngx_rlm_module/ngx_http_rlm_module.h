@@ -489,7 +489,7 @@ void ngx_http_rlm_session_format_id(u_char *id, u_char *hex);
 ngx_int_t ngx_http_rlm_session_random_id(u_char *id, ngx_log_t *log);
 ngx_int_t ngx_http_rlm_session_reserve(ngx_http_rlm_zone_t *z, u_char *id,
     ngx_str_t *owner, ngx_uint_t max, ngx_http_rlm_session_t **sp);
-void ngx_http_rlm_session_activate(ngx_http_rlm_zone_t *z,
+ngx_int_t ngx_http_rlm_session_activate(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s, json_t *reply);
 void ngx_http_rlm_session_abort(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s);
@@ -499,6 +499,8 @@ void ngx_http_rlm_session_put(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s);
 ngx_int_t ngx_http_rlm_session_delete(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s, u_char *sandbox);
+void ngx_http_rlm_session_discard(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s);
 ngx_uint_t ngx_http_rlm_session_deleted(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s);
 ngx_uint_t ngx_http_rlm_session_lost(ngx_http_rlm_zone_t *z,

@@ -207,7 +207,7 @@ ngx_http_rlm_open_acquired(void *data, json_t *reply,
         if (code && ngx_strcmp(code, "limit") == 0) {
             (void) ngx_atomic_fetch_add(
                                    &op->zone->sh->stats.sessions_rejected, 1);
-                (void) ngx_http_rlm_open_fail(op, NGX_HTTP_SERVICE_UNAVAILABLE,
+            (void) ngx_http_rlm_open_fail(op, NGX_HTTP_SERVICE_UNAVAILABLE,
                                           "session_limit",
                                           "the sandbox manager has no "
                                           "capacity for another session");
@@ -225,8 +225,8 @@ ngx_http_rlm_open_acquired(void *data, json_t *reply,
         goto failed;
     }
 
-    if (!json_is_string(json_object_get(reply, "path"))
-        || !json_is_string(json_object_get(reply, "sandbox")))
+    if (ngx_http_rlm_session_activate(op->zone, op->session, reply)
+        != NGX_OK)
     {
         (void) ngx_http_rlm_open_fail(op, NGX_HTTP_BAD_GATEWAY,
                                       "manager_error",
@@ -234,8 +234,6 @@ ngx_http_rlm_open_acquired(void *data, json_t *reply,
                                       "without a sandbox");
         goto failed;
     }
-
-    ngx_http_rlm_session_activate(op->zone, op->session, reply);
 
     /* trajectories of an earlier session with this id are not its own */
 
@@ -276,19 +274,14 @@ static ngx_int_t
 ngx_http_rlm_open_spare(ngx_http_rlm_open_t *op, ngx_pool_t *caller_pool,
     ngx_http_rlm_main_conf_t *rmcf)
 {
-    u_char               sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
     ngx_pool_cleanup_t  *cln;
+
+    (void) ngx_atomic_fetch_add(&op->zone->sh->stats.sessions_created, 1);
 
     cln = ngx_pool_cleanup_add(caller_pool, 0);
 
     if (cln == NULL) {
-        if (ngx_http_rlm_session_delete(op->zone, op->session, sandbox)
-            == NGX_OK)
-        {
-            ngx_http_rlm_control_release(ngx_cycle->log, sandbox);
-        }
-
-        ngx_http_rlm_session_put(op->zone, op->session);
+        ngx_http_rlm_session_discard(op->zone, op->session);
         op->session = NULL;
 
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -299,8 +292,6 @@ ngx_http_rlm_open_spare(ngx_http_rlm_open_t *op, ngx_pool_t *caller_pool,
                                               &rmcf->trajectory_dir->name,
                                               op->hex);
     }
-
-    (void) ngx_atomic_fetch_add(&op->zone->sh->stats.sessions_created, 1);
 
     ngx_http_rlm_spare_refill_soon(ngx_cycle->log);
 
@@ -340,8 +331,6 @@ ngx_http_rlm_open_cleanup(void *data)
 {
     ngx_http_rlm_open_t  *op = data;
 
-    u_char  sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
-
     if (op->pending) {
         op->pending->caller = NULL;
         op->pending = NULL;
@@ -350,15 +339,7 @@ ngx_http_rlm_open_cleanup(void *data)
     if (op->taken.posted) {
         ngx_delete_posted_event(&op->taken);
 
-        if (ngx_http_rlm_session_delete(op->zone, op->session, sandbox)
-            == NGX_OK)
-        {
-            (void) ngx_atomic_fetch_add(
-                                   &op->zone->sh->stats.sessions_deleted, 1);
-            ngx_http_rlm_control_release(ngx_cycle->log, sandbox);
-        }
-
-        ngx_http_rlm_session_put(op->zone, op->session);
+        ngx_http_rlm_session_discard(op->zone, op->session);
         op->session = NULL;
     }
 }

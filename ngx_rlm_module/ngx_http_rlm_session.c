@@ -311,9 +311,12 @@ ngx_http_rlm_session_link_locked(ngx_http_rlm_zone_t *z,
 }
 
 
-/* fills in the sandbox the manager acquired: {"sandbox","path","pid"} */
+/*
+ * Fills in the sandbox the manager acquired: {"sandbox","path","pid"}.
+ * NGX_DECLINED, with nothing changed, when the reply names no sandbox.
+ */
 
-void
+ngx_int_t
 ngx_http_rlm_session_activate(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s, json_t *reply)
 {
@@ -325,19 +328,19 @@ ngx_http_rlm_session_activate(ngx_http_rlm_zone_t *z,
     path = json_string_value(json_object_get(reply, "path"));
     pid = json_integer_value(json_object_get(reply, "pid"));
 
+    if (sandbox == NULL || path == NULL) {
+        return NGX_DECLINED;
+    }
+
     ngx_shmtx_lock(&z->shpool->mutex);
 
-    if (sandbox) {
-        len = ngx_min(ngx_strlen(sandbox), NGX_HTTP_RLM_SANDBOX_LEN);
-        ngx_memcpy(s->sandbox, sandbox, len);
-        s->sandbox[len] = '\0';
-    }
+    len = ngx_min(ngx_strlen(sandbox), NGX_HTTP_RLM_SANDBOX_LEN);
+    ngx_memcpy(s->sandbox, sandbox, len);
+    s->sandbox[len] = '\0';
 
-    if (path) {
-        len = ngx_min(ngx_strlen(path), NGX_HTTP_RLM_PATH_LEN - 1);
-        ngx_memcpy(s->path, path, len);
-        s->path[len] = '\0';
-    }
+    len = ngx_min(ngx_strlen(path), NGX_HTTP_RLM_PATH_LEN - 1);
+    ngx_memcpy(s->path, path, len);
+    s->path[len] = '\0';
 
     s->sandbox_pid = (ngx_pid_t) pid;
     s->generation = z->sh->super.starts;
@@ -348,6 +351,8 @@ ngx_http_rlm_session_activate(ngx_http_rlm_zone_t *z,
     }
 
     ngx_shmtx_unlock(&z->shpool->mutex);
+
+    return NGX_OK;
 }
 
 
@@ -437,6 +442,26 @@ ngx_http_rlm_session_delete(ngx_http_rlm_zone_t *z,
     ngx_shmtx_unlock(&z->shpool->mutex);
 
     return NGX_OK;
+}
+
+
+/*
+ * The holder of a reference ends the session: unlinked (unless somebody
+ * deleted it first), its sandbox released, the reference dropped.
+ */
+
+void
+ngx_http_rlm_session_discard(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s)
+{
+    u_char  sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
+
+    if (ngx_http_rlm_session_delete(z, s, sandbox) == NGX_OK) {
+        (void) ngx_atomic_fetch_add(&z->sh->stats.sessions_deleted, 1);
+        ngx_http_rlm_control_release(ngx_cycle->log, sandbox);
+    }
+
+    ngx_http_rlm_session_put(z, s);
 }
 
 

@@ -270,15 +270,23 @@ ngx_http_rlm_spare_refill_handler(ngx_event_t *ev)
 }
 
 
-/* spares ready to be taken, for the metrics */
+/* spares a session could take now, for the metrics */
 
 ngx_uint_t
 ngx_http_rlm_spare_ready(ngx_http_rlm_zone_t *z)
 {
-    ngx_uint_t               n;
-    ngx_queue_t             *q;
-    ngx_http_rlm_session_t  *s;
+    uint32_t                   key;
+    ngx_uint_t                 n;
+    ngx_queue_t               *q;
+    ngx_http_rlm_main_conf_t  *rmcf;
 
+    rmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_rlm_module);
+    if (rmcf == NULL) {
+        return 0;
+    }
+
+    key = ngx_http_rlm_spare_limits_key(rmcf);
     n = 0;
 
     ngx_shmtx_lock(&z->shpool->mutex);
@@ -287,13 +295,8 @@ ngx_http_rlm_spare_ready(ngx_http_rlm_zone_t *z)
          q != ngx_queue_sentinel(&z->sh->spares);
          q = ngx_queue_next(q))
     {
-        s = ngx_queue_data(q, ngx_http_rlm_session_t, lru);
-
-        if (s->state == NGX_HTTP_RLM_SESSION_ACTIVE
-            && s->generation == z->sh->super.starts)
-        {
-            n++;
-        }
+        n += ngx_http_rlm_spare_usable(z, ngx_queue_data(q,
+                                       ngx_http_rlm_session_t, lru), key);
     }
 
     ngx_shmtx_unlock(&z->shpool->mutex);
@@ -399,11 +402,9 @@ ngx_http_rlm_spare_acquired(void *data, json_t *reply,
     pool = op->pool;
 
     if (reply && json_is_true(json_object_get(reply, "ok"))
-        && json_is_string(json_object_get(reply, "sandbox"))
-        && json_is_string(json_object_get(reply, "path")))
+        && ngx_http_rlm_session_activate(op->zone, op->spare, reply)
+           == NGX_OK)
     {
-        ngx_http_rlm_session_activate(op->zone, op->spare, reply);
-
         (void) ngx_atomic_fetch_add(&op->zone->sh->stats.sandbox_starts, 1);
 
         ngx_destroy_pool(pool);
