@@ -132,24 +132,6 @@ sub manager_stats {
     return eval { decode_json($line // '') } // {};
 }
 
-# worker processes of the current master (those shutting down included)
-sub worker_pids {
-    my $master = master_pid() or return ();
-    my @pids;
-    for my $stat (glob '/proc/[0-9]*/stat') {
-        open my $fh, '<', $stat or next;
-        my $line = <$fh> // '';
-        close $fh;
-        my ($pid, $ppid) = $line =~ /^(\d+) \(.*\) \S (\d+)/ or next;
-        next unless $ppid == $master;
-        # the master's other child is the manager; under valgrind the
-        # workers do not show their title, so tell them by executable
-        my $exe = readlink("/proc/$pid/exe") // '';
-        push @pids, $pid unless $exe =~ /rlm-sandboxd$/;
-    }
-    return @pids;
-}
-
 # rewrite the config with $from replaced by $to, reload, and wait until
 # only new workers serve
 sub reload_with {

@@ -19,7 +19,8 @@ use Time::HiRes qw( sleep time );
 use Exporter 'import';
 our @EXPORT = qw( $Root $Nginx $Module $Sandboxd start_nginx stop_nginx
                   valgrind_check
-                  http json_http master_pid manager_pids wait_until
+                  http json_http master_pid manager_pids worker_pids
+                  wait_until
                   error_log signal_nginx sandboxd_pid );
 
 our $Root = abs_path(dirname(__FILE__) . '/../..');
@@ -138,26 +139,37 @@ sub stop_nginx {
     unlink "$Dir/logs/nginx.pid";
 }
 
-# children of the master that run rlm-sandboxd (its pool sandboxes are
-# grandchildren)
-sub manager_pids {
+# the master's children, pid => command line
+sub master_children {
     my $master = master_pid() or return ();
-    my @pids;
+    my %kids;
 
     for my $stat (glob "/proc/[0-9]*/stat") {
         open my $fh, '<', $stat or next;
         my $line = <$fh> // '';
         close $fh;
-        my ($pid, $comm, $ppid) = $line =~ /^(\d+) \((.*)\) \S (\d+)/
-            or next;
+        my ($pid, $ppid) = $line =~ /^(\d+) \(.*\) \S (\d+)/ or next;
         next unless $ppid == $master;
         open my $cf, '<', "/proc/$pid/cmdline" or next;
-        my $cmd = <$cf> // '';
+        $kids{$pid} = <$cf> // '';
         close $cf;
-        push @pids, $pid if $cmd =~ /rlm-sandboxd/;
     }
 
-    return @pids;
+    return %kids;
+}
+
+# children of the master that run rlm-sandboxd (its pool sandboxes are
+# grandchildren)
+sub manager_pids {
+    my %kids = master_children();
+    return grep { $kids{$_} =~ /rlm-sandboxd/ } keys %kids;
+}
+
+# the other children: the workers, those shutting down included (under
+# valgrind they do not show their title)
+sub worker_pids {
+    my %kids = master_children();
+    return grep { $kids{$_} !~ /rlm-sandboxd/ } keys %kids;
 }
 
 sub sandboxd_pid {
