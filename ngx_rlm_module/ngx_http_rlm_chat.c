@@ -27,6 +27,8 @@ typedef struct {
     ngx_http_complex_value_t   *provider;
     ngx_http_complex_value_t   *model;
     ngx_http_complex_value_t   *sub_model;
+    ngx_http_complex_value_t   *code_models;       /* models code may ask */
+    ngx_http_complex_value_t   *owner_max;         /* tenant's quota */
     ngx_str_t                   system_prompt_file;
     ngx_http_rlm_loop_conf_t    loop;
 } ngx_http_rlm_chat_loc_conf_t;
@@ -61,6 +63,8 @@ static ngx_int_t ngx_http_rlm_chat_answered(ngx_http_rlm_chat_t *chat,
     ngx_int_t rc);
 static ngx_str_t *ngx_http_rlm_chat_header(ngx_http_request_t *r,
     const char *name);
+static ngx_int_t ngx_http_rlm_chat_tree_policy(ngx_http_request_t *r,
+    ngx_http_rlm_chat_t *chat);
 
 
 static ngx_conf_num_bounds_t  ngx_http_rlm_chat_iterations_bounds = {
@@ -73,6 +77,10 @@ static ngx_conf_num_bounds_t  ngx_http_rlm_chat_depth_bounds = {
 
 static ngx_conf_num_bounds_t  ngx_http_rlm_chat_positive_bounds = {
     ngx_http_rlm_check_bounds, 1, 1000000
+};
+
+static ngx_conf_num_bounds_t  ngx_http_rlm_chat_share_bounds = {
+    ngx_http_rlm_check_bounds, 1, 100
 };
 
 static ngx_conf_num_bounds_t  ngx_http_rlm_chat_output_bounds = {
@@ -151,6 +159,48 @@ static ngx_command_t  ngx_http_rlm_chat_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rlm_chat_loc_conf_t, loop.max_calls),
       &ngx_http_rlm_chat_positive_bounds },
+
+    { ngx_string("rlm_batch_max"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, loop.batch_max),
+      &ngx_http_rlm_chat_positive_bounds },
+
+    { ngx_string("rlm_max_pending_calls"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, loop.max_pending_calls),
+      &ngx_http_rlm_chat_positive_bounds },
+
+    { ngx_string("rlm_max_children"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, loop.max_children),
+      &ngx_http_rlm_chat_positive_bounds },
+
+    { ngx_string("rlm_completion_sessions_share"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, loop.sessions_share),
+      &ngx_http_rlm_chat_share_bounds },
+
+    { ngx_string("rlm_completion_code_models"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, code_models),
+      NULL },
+
+    { ngx_string("rlm_session_owner_max"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, owner_max),
+      NULL },
 
     { ngx_string("rlm_final_markers"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
@@ -235,6 +285,10 @@ ngx_http_rlm_chat_create_loc_conf(ngx_conf_t *cf)
     conf->loop.max_error_cells = NGX_CONF_UNSET_UINT;
     conf->loop.block_output_max = NGX_CONF_UNSET_SIZE;
     conf->loop.max_calls = NGX_CONF_UNSET_UINT;
+    conf->loop.batch_max = NGX_CONF_UNSET_UINT;
+    conf->loop.max_pending_calls = NGX_CONF_UNSET_UINT;
+    conf->loop.max_children = NGX_CONF_UNSET_UINT;
+    conf->loop.sessions_share = NGX_CONF_UNSET_UINT;
     conf->loop.final_markers = NGX_CONF_UNSET;
 
     return conf;
@@ -263,6 +317,14 @@ ngx_http_rlm_chat_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->sub_model = prev->sub_model;
     }
 
+    if (conf->code_models == NULL) {
+        conf->code_models = prev->code_models;
+    }
+
+    if (conf->owner_max == NULL) {
+        conf->owner_max = prev->owner_max;
+    }
+
     ngx_conf_merge_uint_value(conf->loop.max_iterations,
                               prev->loop.max_iterations, 30);
     ngx_conf_merge_uint_value(conf->loop.max_depth, prev->loop.max_depth, 1);
@@ -274,6 +336,14 @@ ngx_http_rlm_chat_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               prev->loop.block_output_max, 20000);
     ngx_conf_merge_uint_value(conf->loop.max_calls, prev->loop.max_calls,
                               64);
+    ngx_conf_merge_uint_value(conf->loop.batch_max, prev->loop.batch_max,
+                              1000);
+    ngx_conf_merge_uint_value(conf->loop.max_pending_calls,
+                              prev->loop.max_pending_calls, 2000);
+    ngx_conf_merge_uint_value(conf->loop.max_children,
+                              prev->loop.max_children, 100);
+    ngx_conf_merge_uint_value(conf->loop.sessions_share,
+                              prev->loop.sessions_share, 25);
     ngx_conf_merge_value(conf->loop.final_markers, prev->loop.final_markers,
                          1);
     ngx_conf_merge_str_value(conf->loop.system_prompt,
@@ -951,6 +1021,10 @@ ngx_http_rlm_chat_session(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat)
 
     chat->tree.owner = owner;
 
+    if (ngx_http_rlm_chat_tree_policy(r, chat) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
     given = ngx_http_rlm_chat_header(r, "X-RLM-Session-Id");
 
     if (given == NULL
@@ -1216,6 +1290,7 @@ ngx_http_rlm_chat_cleanup(void *data)
 
     json_decref(chat->loop.sampling);
     json_decref(chat->loop.context);
+    ngx_http_rlm_state_release(&chat->tree);
     json_decref(chat->tree.models);
     json_decref(chat->tree.state);
     json_decref(chat->tree.deleted);
@@ -1285,4 +1360,47 @@ ngx_http_rlm_chat_header(ngx_http_request_t *r, const char *name)
             return &h[i].value;
         }
     }
+}
+
+
+/*
+ * What the code of this completion may ask for, from the route and the
+ * tenant (Lua policy variables): the models it may name and the tenant's
+ * session quota its child RLMs count against.
+ */
+
+static ngx_int_t
+ngx_http_rlm_chat_tree_policy(ngx_http_request_t *r,
+    ngx_http_rlm_chat_t *chat)
+{
+    ngx_int_t                      n;
+    ngx_str_t                      v;
+    ngx_http_rlm_chat_loc_conf_t  *rclf;
+
+    rclf = ngx_http_get_module_loc_conf(r, ngx_http_rlm_chat_module);
+
+    if (rclf->code_models) {
+        if (ngx_http_complex_value(r, rclf->code_models,
+                                   &chat->tree.code_models)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        if (chat->tree.code_models.len == 0) {
+            /* an empty value: the root and sub models only */
+            ngx_str_null(&chat->tree.code_models);
+        }
+    }
+
+    if (rclf->owner_max) {
+        if (ngx_http_complex_value(r, rclf->owner_max, &v) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        n = v.len ? ngx_atoi(v.data, v.len) : 0;
+        chat->tree.owner_max = (n > 0) ? (ngx_uint_t) n : 0;
+    }
+
+    return NGX_OK;
 }

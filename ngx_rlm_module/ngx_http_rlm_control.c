@@ -24,6 +24,8 @@ static void ngx_http_rlm_control_done(ngx_http_rlm_peer_t *p,
     ngx_http_rlm_peer_status_e status);
 static void ngx_http_rlm_control_forget(ngx_log_t *log, const char *op,
     u_char *sandbox);
+static void ngx_http_rlm_control_send(ngx_log_t *log, const char *op,
+    u_char *sandbox, json_t *req);
 static void ngx_http_rlm_control_release_done(void *data, json_t *reply,
     ngx_http_rlm_peer_status_e status);
 
@@ -139,17 +141,61 @@ ngx_http_rlm_control_interrupt(ngx_log_t *log, u_char *sandbox)
 }
 
 
+/*
+ * Limits held from outside the sandbox (ngx_http_rlm_cell.c): the manager
+ * kills a sandbox whose cell ran past its wall time, and kills a watched
+ * one once it has used cpu_ms more CPU time.
+ */
+
+void
+ngx_http_rlm_control_kill(ngx_log_t *log, u_char *sandbox,
+    const char *reason)
+{
+    ngx_http_rlm_control_send(log, "kill", sandbox,
+                              json_pack("{s:s, s:s, s:s}", "op", "kill",
+                                        "sandbox", (char *) sandbox,
+                                        "reason", reason));
+}
+
+
+void
+ngx_http_rlm_control_watch(ngx_log_t *log, u_char *sandbox,
+    ngx_msec_t cpu_ms)
+{
+    ngx_http_rlm_control_send(log, "watch", sandbox,
+                              json_pack("{s:s, s:s, s:I}", "op", "watch",
+                                        "sandbox", (char *) sandbox,
+                                        "cpu_ms", (json_int_t) cpu_ms));
+}
+
+
+void
+ngx_http_rlm_control_unwatch(ngx_log_t *log, u_char *sandbox)
+{
+    ngx_http_rlm_control_forget(log, "unwatch", sandbox);
+}
+
+
 static void
 ngx_http_rlm_control_forget(ngx_log_t *log, const char *op,
     u_char *sandbox)
 {
-    json_t  *req;
+    ngx_http_rlm_control_send(log, op, sandbox,
+                              json_pack("{s:s, s:s}", "op", op,
+                                        "sandbox", (char *) sandbox));
+}
 
+
+/* fire and forget: req (whose reference this takes) about sandbox */
+
+static void
+ngx_http_rlm_control_send(ngx_log_t *log, const char *op, u_char *sandbox,
+    json_t *req)
+{
     if (sandbox[0] == '\0') {
+        json_decref(req);
         return;
     }
-
-    req = json_pack("{s:s, s:s}", "op", op, "sandbox", (char *) sandbox);
 
     if (req == NULL
         || ngx_http_rlm_control_pooled(log, req,

@@ -3,31 +3,16 @@
  * ngx_rlm: Recursive Language Models served by nginx.
  *
  * POST .../sessions/{id}/eval and PUT .../sessions/{id}/context: read
- * and check the body, wait for the session's turn, run the cell (or load
- * the context) over the sandbox's channel, answer with its result.
- *
- * Everything a cell holds (its place in the session's queue, its turn,
- * its reference on the session, the channel socket, timers) is given back
- * by a cleanup of the request's pool, so a request that ends in any way
- * leaves the session usable.
+ * and check the body, run the cell (or load the context) on the
+ * session's sandbox (ngx_http_rlm_cell.c), answer with its result.
  */
 
 
-#include "ngx_http_rlm_module.h"
+#include "ngx_http_rlm_cell.h"
 
 
-/*
- * A waiter whose turn depends on another worker's cell polls the shared
- * queue, backing off from WAIT_MIN to WAIT_MAX ms; one that only this
- * worker's cells stand before is woken when the running cell ends and
- * polls only every WAIT_LOCAL ms, as a safety net.
- */
-#define NGX_HTTP_RLM_WAIT_MIN       1
-#define NGX_HTTP_RLM_WAIT_MAX       4
-#define NGX_HTTP_RLM_WAIT_LOCAL     1000
+/* the host's deadline of a cell: its wall time and this grace */
 #define NGX_HTTP_RLM_CELL_MARGIN    5000
-#define NGX_HTTP_RLM_STATUS_TRIES   50
-#define NGX_HTTP_RLM_STATUS_DELAY   20
 
 #define ngx_http_rlm_ident_start(c)                                           \
     (((c) >= 'a' && (c) <= 'z') || ((c) >= 'A' && (c) <= 'Z') || (c) == '_')
@@ -35,11 +20,11 @@
     (ngx_http_rlm_ident_start(c) || ((c) >= '0' && (c) <= '9'))
 
 
-ngx_http_rlm_call_pt  ngx_http_rlm_call_handler =
-    ngx_http_rlm_eval_default_call;
-
-/* this worker's cells waiting for their session's turn, in arrival order */
-static ngx_queue_t    ngx_http_rlm_eval_waiting;
+/* an API cell: the cell and what the body checks answered */
+typedef struct {
+    ngx_http_rlm_cell_t         cell;
+    ngx_int_t                   answer_rc;
+} ngx_http_rlm_eval_t;
 
 
 static void ngx_http_rlm_eval_body(ngx_http_request_t *r);
@@ -49,34 +34,13 @@ static ngx_int_t ngx_http_rlm_eval_parse(ngx_http_request_t *r,
     ngx_http_rlm_eval_t *ev);
 static ngx_int_t ngx_http_rlm_context_parse(ngx_http_request_t *r,
     ngx_http_rlm_eval_t *ev);
-static ngx_int_t ngx_http_rlm_eval_enter(ngx_http_rlm_eval_t *ev);
-static void ngx_http_rlm_eval_wait_handler(ngx_event_t *e);
-static void ngx_http_rlm_eval_wake(ngx_http_rlm_session_t *s);
-static ngx_int_t ngx_http_rlm_eval_run(ngx_http_rlm_eval_t *ev);
-static ngx_int_t ngx_http_rlm_eval_frame(ngx_http_rlm_peer_t *p,
-    json_t *msg);
-static void ngx_http_rlm_eval_peer_done(ngx_http_rlm_peer_t *p,
-    ngx_http_rlm_peer_status_e status);
-static ngx_int_t ngx_http_rlm_eval_status(ngx_http_rlm_eval_t *ev);
-static void ngx_http_rlm_eval_status_retry(ngx_event_t *e);
-static void ngx_http_rlm_eval_status_done(void *data, json_t *reply,
-    ngx_http_rlm_peer_status_e status);
-static ngx_int_t ngx_http_rlm_eval_lost(ngx_http_rlm_eval_t *ev,
-    const char *status, const char *why);
+static void ngx_http_rlm_eval_done(ngx_http_rlm_cell_t *cell, ngx_int_t rc);
 static ngx_int_t ngx_http_rlm_eval_respond(ngx_http_rlm_eval_t *ev);
-static void ngx_http_rlm_eval_release(ngx_http_rlm_eval_t *ev);
-static void ngx_http_rlm_eval_finalize(ngx_http_rlm_eval_t *ev,
-    ngx_int_t rc);
-static void ngx_http_rlm_eval_cleanup(void *data);
-static ngx_uint_t ngx_http_rlm_eval_elapsed_us(ngx_http_rlm_eval_t *ev);
 static ngx_int_t ngx_http_rlm_json_content_type(ngx_http_request_t *r);
 static ngx_int_t ngx_http_rlm_eval_body_json(ngx_http_request_t *r,
     ngx_http_rlm_eval_t *ev, json_t **out);
 static ngx_int_t ngx_http_rlm_eval_answered(ngx_http_rlm_eval_t *ev,
     ngx_int_t rc);
-static ngx_int_t ngx_http_rlm_eval_error(ngx_http_rlm_eval_t *ev,
-    ngx_uint_t status, const char *type, const char *code,
-    const char *message);
 
 
 /*
@@ -89,7 +53,6 @@ ngx_http_rlm_eval_handler(ngx_http_request_t *r, ngx_http_rlm_session_t *s,
     ngx_uint_t context)
 {
     ngx_int_t                  rc;
-    ngx_pool_cleanup_t        *cln;
     ngx_http_rlm_ctx_t        *ctx;
     ngx_http_rlm_eval_t       *ev;
     ngx_http_rlm_main_conf_t  *rmcf;
@@ -104,21 +67,18 @@ ngx_http_rlm_eval_handler(ngx_http_request_t *r, ngx_http_rlm_session_t *s,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    cln = ngx_pool_cleanup_add(r->pool, 0);
-    if (cln == NULL) {
+    ev->cell.request = r;
+    ev->cell.zone = ngx_http_rlm_zone();
+    ev->cell.session = s;
+    ev->cell.referenced = 1;
+    ev->cell.context = context;
+    ev->cell.api = 1;
+    ev->cell.done = ngx_http_rlm_eval_done;
+
+    if (ngx_http_rlm_cell_init(&ev->cell) != NGX_OK) {
         ngx_http_rlm_session_put(ngx_http_rlm_zone(), s);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    ev->request = r;
-    ev->zone = ngx_http_rlm_zone();
-    ev->session = s;
-    ev->referenced = 1;
-    ev->context = context;
-    ev->call_handler = ngx_http_rlm_call_handler;
-
-    cln->handler = ngx_http_rlm_eval_cleanup;
-    cln->data = ev;
 
     ctx->eval = ev;
 
@@ -186,26 +146,18 @@ ngx_http_rlm_eval_body_run(ngx_http_request_t *r, ngx_http_rlm_eval_t *ev)
 {
     ngx_int_t  rc;
 
-    rc = ev->context ? ngx_http_rlm_context_parse(r, ev)
-                     : ngx_http_rlm_eval_parse(r, ev);
+    rc = ev->cell.context ? ngx_http_rlm_context_parse(r, ev)
+                          : ngx_http_rlm_eval_parse(r, ev);
 
-    if (rc == NGX_DECLINED) {
-        ngx_http_rlm_eval_finalize(ev, ev->answer_rc);
+    if (rc == NGX_OK) {
+        ngx_http_rlm_cell_start(&ev->cell);
         return;
     }
 
-    if (rc != NGX_OK) {
-        ngx_http_rlm_eval_finalize(ev, rc);
-        return;
-    }
+    /* the session goes back now, not when a subrequest's parent ends */
+    ngx_http_rlm_cell_cancel(&ev->cell);
 
-    rc = ngx_http_rlm_eval_enter(ev);
-
-    if (rc == NGX_DONE) {
-        return;
-    }
-
-    ngx_http_rlm_eval_finalize(ev, rc);
+    ngx_http_rlm_finalize(r, rc == NGX_DECLINED ? ev->answer_rc : rc);
 }
 
 
@@ -276,17 +228,17 @@ ngx_http_rlm_eval_parse(ngx_http_request_t *r, ngx_http_rlm_eval_t *ev)
                    "\"echo\" must be a boolean"));
     }
 
-    ev->frame = json_pack("{s:s, s:O, s:I, s:b}", "op", "exec",
+    ev->cell.frame = json_pack("{s:s, s:O, s:I, s:b}", "op", "exec",
                           "code", code, "timeout_ms", (json_int_t) wall,
                           "echo", json_is_true(echo));
 
     json_decref(body);
 
-    if (ev->frame == NULL) {
+    if (ev->cell.frame == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ev->timeout = wall + NGX_HTTP_RLM_CELL_MARGIN;
+    ev->cell.timeout = wall + NGX_HTTP_RLM_CELL_MARGIN;
 
     return NGX_OK;
 }
@@ -495,18 +447,18 @@ ngx_http_rlm_context_parse(ngx_http_request_t *r, ngx_http_rlm_eval_t *ev)
                                        "rlm_context_max_size"));
     }
 
-    ev->frame = json_pack("{s:s, s:s, s:s%}", "op", "load_context",
+    ev->cell.frame = json_pack("{s:s, s:s, s:s%}", "op", "load_context",
                           "name", (char *) namebuf, "format",
                           (char *) format.data, format.len);
-    if (ev->frame == NULL) {
+    if (ev->cell.frame == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ev->blob = out;
-    ev->blob_len = len;
+    ev->cell.blob = out;
+    ev->cell.blob_len = len;
 
     /* parsing 100 MB of JSON in the sandbox takes a while */
-    ev->timeout = 2 * rmcf->cell_timeout + 60000;
+    ev->cell.timeout = 2 * rmcf->cell_timeout + 60000;
 
     return NGX_OK;
 
@@ -533,840 +485,88 @@ ngx_http_rlm_eval_answered(ngx_http_rlm_eval_t *ev, ngx_int_t rc)
     return NGX_DECLINED;
 }
 
+/* the cell's outcome as the API's answer */
 
-static ngx_int_t
-ngx_http_rlm_eval_enter(ngx_http_rlm_eval_t *ev)
+static void
+ngx_http_rlm_eval_done(ngx_http_rlm_cell_t *cell, ngx_int_t rc)
 {
-    ngx_int_t                  rc;
-    ngx_uint_t                 local;
-    ngx_http_request_t        *r;
-    ngx_http_rlm_main_conf_t  *rmcf;
+    ngx_http_request_t   *r;
+    ngx_http_rlm_eval_t  *ev;
 
-    r = ev->request;
-    rmcf = ngx_http_get_module_main_conf(r, ngx_http_rlm_module);
+    ev = (ngx_http_rlm_eval_t *) cell;
+    r = cell->request;
 
-    rc = ngx_http_rlm_session_enter(ev->zone, ev->session,
-                                    rmcf->session_queue, &ev->waiter,
-                                    &local);
+    if (rc == NGX_OK) {
+        rc = ngx_http_rlm_eval_respond(ev);
 
-    switch (rc) {
-
-    case NGX_OK:
-        ev->running = 1;
-        return ngx_http_rlm_eval_run(ev);
-
-    case NGX_AGAIN:
-        /*
-         * The cell that ends before our turn wakes us if it runs in
-         * this worker; another worker's cell is only seen by polling.
-         */
-        if (ngx_http_rlm_eval_waiting.next == NULL) {
-            ngx_queue_init(&ngx_http_rlm_eval_waiting);
-        }
-
-        ngx_queue_insert_tail(&ngx_http_rlm_eval_waiting, &ev->wait_link);
-
-        ev->wait_event.handler = ngx_http_rlm_eval_wait_handler;
-        ev->wait_event.data = ev;
-        ev->wait_event.log = r->connection->log;
-        ev->wait_delay = local ? NGX_HTTP_RLM_WAIT_LOCAL
-                               : NGX_HTTP_RLM_WAIT_MIN;
-        ngx_add_timer(&ev->wait_event, ev->wait_delay);
-        return NGX_DONE;
-
-    case NGX_BUSY:
-        (void) ngx_atomic_fetch_add(&ev->zone->sh->stats.cells_rejected, 1);
-
-        if (ev->done == NULL
+    } else if (cell->err_code) {
+        if (rc == NGX_HTTP_TOO_MANY_REQUESTS
             && ngx_http_rlm_set_header(r, "Retry-After", "1") != NGX_OK)
         {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        return ngx_http_rlm_eval_error(ev, NGX_HTTP_TOO_MANY_REQUESTS,
-                                       "rate_limit_error",
-                                       "session_queue_full",
-                                       "too many cells are waiting in this "
-                                       "session (rlm_session_queue); cells "
-                                       "of one session run one at a time");
-
-    default:
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-}
-
-
-static void
-ngx_http_rlm_eval_wait_handler(ngx_event_t *e)
-{
-    ngx_int_t             rc;
-    ngx_uint_t            local, timedout;
-    ngx_http_rlm_eval_t  *ev;
-
-    ev = e->data;
-
-    if (ev->waiter == NULL) {
-        return;
-    }
-
-    timedout = e->timedout;
-    e->timedout = 0;
-
-    if (ngx_http_rlm_session_poll(ev->zone, ev->session, ev->waiter, &local)
-        != NGX_OK)
-    {
-        if (local) {
-            ev->wait_delay = NGX_HTTP_RLM_WAIT_LOCAL;
-
-        } else if (ev->wait_delay >= NGX_HTTP_RLM_WAIT_LOCAL) {
-            ev->wait_delay = NGX_HTTP_RLM_WAIT_MIN;
-
-        } else if (ev->wait_delay < NGX_HTTP_RLM_WAIT_MAX) {
-            ev->wait_delay *= 2;
-        }
-
-        ngx_add_timer(&ev->wait_event, ev->wait_delay);
-        return;
-    }
-
-    /* both a wake-up and the timer may have fired in this cycle */
-
-    if (e->timer_set) {
-        ngx_del_timer(e);
-    }
-
-    if (e->posted) {
-        ngx_delete_posted_event(e);
-    }
-
-    (void) ngx_atomic_fetch_add(timedout ? &ev->zone->sh->stats.turns_polled
-                                         : &ev->zone->sh->stats.turns_woken,
-                                1);
-
-    ngx_queue_remove(&ev->wait_link);
-    ev->waiter = NULL;
-    ev->running = 1;
-
-    rc = ngx_http_rlm_eval_run(ev);
-
-    if (rc != NGX_DONE) {
-        ngx_http_rlm_eval_finalize(ev, rc);
-    }
-}
-
-
-/*
- * The session's turn was given back in this worker: the first of our
- * waiters on that session polls now instead of at its next timer.
- */
-
-static void
-ngx_http_rlm_eval_wake(ngx_http_rlm_session_t *s)
-{
-    ngx_queue_t          *q;
-    ngx_http_rlm_eval_t  *ev;
-
-    if (ngx_http_rlm_eval_waiting.next == NULL) {
-        return;
-    }
-
-    for (q = ngx_queue_head(&ngx_http_rlm_eval_waiting);
-         q != ngx_queue_sentinel(&ngx_http_rlm_eval_waiting);
-         q = ngx_queue_next(q))
-    {
-        ev = ngx_queue_data(q, ngx_http_rlm_eval_t, wait_link);
-
-        if (ev->session == s) {
-            if (!ev->wait_event.posted) {
-                ngx_post_event(&ev->wait_event, &ngx_posted_events);
-            }
-
-            return;
-        }
-    }
-}
-
-
-/* the session's turn is ours: reach the sandbox */
-
-static ngx_int_t
-ngx_http_rlm_eval_run(ngx_http_rlm_eval_t *ev)
-{
-    ngx_uint_t             state;
-    ngx_chain_t           *cl;
-    ngx_http_request_t    *r;
-    ngx_http_rlm_ctx_t    *ctx;
-    ngx_http_rlm_peer_t   *p;
-
-    r = ev->request;
-
-    ctx = ngx_http_rlm_get_ctx(r);
-    if (ctx == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ctx->has_sandbox_time = 1;
-
-    (void) clock_gettime(CLOCK_MONOTONIC, &ev->started);
-
-    ev->path.data = ngx_pnalloc(r->pool, NGX_HTTP_RLM_PATH_LEN);
-    if (ev->path.data == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ngx_http_rlm_session_copy_sandbox(ev->zone, ev->session, &ev->path,
-                                      ev->sandbox, &ev->generation, &state,
-                                      ev->reason);
-
-    if (state == NGX_HTTP_RLM_SESSION_LOST) {
-        return ngx_http_rlm_eval_lost(ev, "sandbox_lost",
-                                      (char *) ev->reason);
-    }
-
-    if (ev->generation != ev->zone->sh->super.starts) {
-        /* the manager was restarted and took its sandboxes with it */
-        return ngx_http_rlm_eval_lost(ev, "sandbox_lost",
-                                      "manager restarted");
-    }
-
-    p = ngx_http_rlm_peer_create(r->pool, r->connection->log, &ev->path);
-    if (p == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    p->timeout = ev->timeout;
-    p->keepalive = !ev->context;
-    p->frame_handler = ngx_http_rlm_eval_frame;
-    p->done_handler = ngx_http_rlm_eval_peer_done;
-    p->data = ev;
-
-    cl = ngx_http_rlm_frame_encode(r->pool, ev->frame, ev->blob_len);
-    if (cl == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    cl->next = ev->blob;
-    p->out = cl;
-
-    ev->peer = p;
-    ev->sent = 1;
-
-    if (ngx_http_rlm_peer_start(p) != NGX_OK) {
-        ev->peer = NULL;
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    /* the outcome may already be there: peer_done finalized then */
-
-    return NGX_DONE;
-}
-
-
-static ngx_int_t
-ngx_http_rlm_eval_frame(ngx_http_rlm_peer_t *p, json_t *msg)
-{
-    const char           *type;
-    ngx_http_rlm_eval_t  *ev = p->data;
-
-    type = json_string_value(json_object_get(msg, "type"));
-
-    if (type && ngx_strcmp(type, "call") == 0 && !ev->context) {
-        return ev->call_handler(ev, msg) == NGX_OK ? NGX_AGAIN : NGX_ERROR;
-    }
-
-    if (type && ngx_strcmp(type, "result") == 0) {
-        ev->result = json_incref(msg);
-        return NGX_OK;
-    }
-
-    ngx_log_error(NGX_LOG_ERR, p->log, 0,
-                  "rlm: sandbox \"%s\" sent an unexpected frame",
-                  ev->sandbox);
-
-    return NGX_ERROR;
-}
-
-
-/*
- * The default engine: code asked for a model call and this location has
- * none, so the call fails in Python with a clear message.
- */
-
-ngx_int_t
-ngx_http_rlm_eval_default_call(ngx_http_rlm_eval_t *ev, json_t *call)
-{
-    json_t     *reply;
-    ngx_int_t   rc;
-
-    reply = json_pack("{s:s, s:O, s:b, s:s}", "op", "reply",
-                      "id", json_object_get(call, "id")
-                            ? json_object_get(call, "id") : json_null(),
-                      "ok", 0,
-                      "error", "model calls are not configured for this "
-                               "location");
-    if (reply == NULL) {
-        return NGX_ERROR;
-    }
-
-    rc = ngx_http_rlm_eval_reply(ev, reply);
-
-    json_decref(reply);
-
-    return rc;
-}
-
-
-/* sends the host's answer to a call frame; usable at any later time */
-
-ngx_int_t
-ngx_http_rlm_eval_reply(ngx_http_rlm_eval_t *ev, json_t *reply)
-{
-    ngx_chain_t  *cl;
-
-    if (ev->peer == NULL || ev->peer->finished) {
-        return NGX_DECLINED;
-    }
-
-    cl = ngx_http_rlm_frame_encode(ev->request->pool, reply, 0);
-    if (cl == NULL) {
-        return NGX_ERROR;
-    }
-
-    return ngx_http_rlm_peer_send(ev->peer, cl);
-}
-
-
-/* the host-side deadline of the running cell, counted from now */
-
-void
-ngx_http_rlm_eval_extend(ngx_http_rlm_eval_t *ev, ngx_msec_t timeout)
-{
-    if (ev->peer && ev->peer->connection) {
-        ngx_add_timer(ev->peer->connection->read, timeout);
-    }
-}
-
-
-static void
-ngx_http_rlm_eval_peer_done(ngx_http_rlm_peer_t *p,
-    ngx_http_rlm_peer_status_e status)
-{
-    ngx_int_t             rc;
-    ngx_http_rlm_eval_t  *ev = p->data;
-
-    ev->cell_us = ngx_http_rlm_eval_elapsed_us(ev);
-    ev->peer = NULL;
-
-    (void) ngx_atomic_fetch_add(p->reused ? &ev->zone->sh->stats.conns_reused
-                                          : &ev->zone->sh->stats.conns_new,
-                                1);
-
-    switch (status) {
-
-    case NGX_HTTP_RLM_PEER_OK:
-        rc = ngx_http_rlm_eval_respond(ev);
-        break;
-
-    case NGX_HTTP_RLM_PEER_UNREACHABLE:
-    case NGX_HTTP_RLM_PEER_CLOSED:
-
-        if (ngx_http_rlm_session_deleted(ev->zone, ev->session)) {
-            /* DELETE released the sandbox under the running cell */
-            rc = ngx_http_rlm_eval_lost(ev, "sandbox_lost",
-                                        "session deleted");
-            break;
-        }
-
-        if (status == NGX_HTTP_RLM_PEER_UNREACHABLE) {
-            ev->sent = 0;
-        }
-
-        /* ask the manager why the sandbox is gone */
-
-        if (ngx_http_rlm_eval_status(ev) == NGX_OK) {
-            return;
-        }
-
-        rc = ngx_http_rlm_eval_lost(ev, "sandbox_lost", "lost");
-        break;
-
-    case NGX_HTTP_RLM_PEER_TIMEDOUT:
-        ngx_log_error(NGX_LOG_ERR, ev->request->connection->log, 0,
-                      "rlm: sandbox \"%s\" did not answer in %M ms",
-                      ev->sandbox, ev->timeout);
-
-        rc = ngx_http_rlm_eval_error(ev, NGX_HTTP_GATEWAY_TIME_OUT,
-                                     "server_error", "sandbox_timeout",
-                                     "the sandbox did not answer in time");
-        ngx_http_rlm_eval_release(ev);
-        break;
-
-    default:
-        rc = ngx_http_rlm_eval_error(ev, NGX_HTTP_BAD_GATEWAY,
-                                     "server_error", "sandbox_error",
-                                     "the sandbox broke the protocol");
-        ngx_http_rlm_eval_release(ev);
-        break;
-    }
-
-    ngx_http_rlm_eval_finalize(ev, rc);
-}
-
-
-static ngx_int_t
-ngx_http_rlm_eval_status(ngx_http_rlm_eval_t *ev)
-{
-    json_t     *req;
-    ngx_int_t   rc;
-
-    req = json_pack("{s:s, s:s}", "op", "status", "sandbox",
-                    (char *) ev->sandbox);
-    if (req == NULL) {
-        return NGX_ERROR;
-    }
-
-    rc = ngx_http_rlm_control(ev->request->pool,
-                              ev->request->connection->log, req,
-                              NGX_HTTP_RLM_CONTROL_TIMEOUT,
-                              ngx_http_rlm_eval_status_done, ev);
-    json_decref(req);
-
-    return rc;
-}
-
-
-/*
- * The channel closes as the sandbox dies, a moment before the manager
- * has reaped it and knows why: ask again a few times.
- */
-
-static void
-ngx_http_rlm_eval_status_retry(ngx_event_t *e)
-{
-    ngx_http_rlm_eval_t  *ev = e->data;
-
-    if (ngx_http_rlm_eval_status(ev) != NGX_OK) {
-        ngx_http_rlm_eval_finalize(ev,
-            ngx_http_rlm_eval_lost(ev, "sandbox_lost", "lost"));
-    }
-}
-
-
-static void
-ngx_http_rlm_eval_status_done(void *data, json_t *reply,
-    ngx_http_rlm_peer_status_e status)
-{
-    const char           *reason, *cell;
-    ngx_int_t             rc;
-    ngx_http_rlm_eval_t  *ev = data;
-
-    reason = NULL;
-
-    if (reply && json_is_true(json_object_get(reply, "ok"))
-        && json_is_true(json_object_get(reply, "alive"))
-        && ev->status_tries++ < NGX_HTTP_RLM_STATUS_TRIES)
-    {
-        ev->wait_event.handler = ngx_http_rlm_eval_status_retry;
-        ev->wait_event.data = ev;
-        ev->wait_event.log = ev->request->connection->log;
-        ngx_add_timer(&ev->wait_event, NGX_HTTP_RLM_STATUS_DELAY);
-        return;
-    }
-
-    if (reply == NULL) {
-        reason = "manager unreachable";
-
-    } else if (!json_is_true(json_object_get(reply, "ok"))) {
-        /* the manager does not know it: it was restarted */
-        reason = "manager restarted";
-
-    } else if (json_is_true(json_object_get(reply, "alive"))) {
-        reason = "crashed";
-
-    } else {
-        reason = json_string_value(json_object_get(reply, "reason"));
-        if (reason == NULL) {
-            reason = "crashed";
+            rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+
+        } else {
+            rc = ngx_http_rlm_send_error(r, rc, cell->err_type,
+                                         cell->err_code,
+                                         cell->err_message
+                                         ? (char *) cell->err_message
+                                         : cell->err_code);
         }
     }
 
-    /* a cell that was running when its sandbox died reports how */
-
-    cell = "sandbox_lost";
-
-    if (ev->sent) {
-        cell = (ngx_strcmp(reason, "oom") == 0) ? "oom" : "crashed";
-    }
-
-    rc = ngx_http_rlm_eval_lost(ev, cell, reason);
-
-    ngx_http_rlm_eval_finalize(ev, rc);
-}
-
-
-/* the session has no sandbox any more: say so, as a cell result */
-
-static ngx_int_t
-ngx_http_rlm_eval_lost(ngx_http_rlm_eval_t *ev, const char *status,
-    const char *why)
-{
-    u_char  msg[160];
-
-    if (ngx_http_rlm_session_lost(ev->zone, ev->session, why)) {
-        ngx_log_error(NGX_LOG_WARN, ev->request->connection->log, 0,
-                      "rlm: session lost its sandbox \"%s\": %s",
-                      ev->sandbox, why);
-        ngx_http_rlm_metrics_death(why);
-    }
-
-    ngx_snprintf(msg, sizeof(msg) - 1, "the session's sandbox is gone (%s); "
-                 "delete the session and create a new one%Z", why);
-
-    ev->result = json_pack("{s:s, s:s, s:s, s:s, s:{s:s, s:s, s:s},"
-                           " s:f, s:n, s:{}}",
-                           "type", "result", "status", status,
-                           "stdout", "", "stderr", "",
-                           "error", "ename", "SandboxLost",
-                           "evalue", (char *) msg, "traceback", "",
-                           "duration_ms", 0.0, "answer", "state_delta");
-    if (ev->result == NULL) {
-        ngx_http_rlm_eval_release(ev);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (ev->context) {
-        ngx_http_rlm_eval_release(ev);
-        return ngx_http_rlm_eval_error(ev, NGX_HTTP_CONFLICT,
-                                       "invalid_request_error",
-                                       "sandbox_lost", (char *) msg);
-    }
-
-    return ngx_http_rlm_eval_respond(ev);
+    ngx_http_rlm_finalize(r, rc);
 }
 
 
 static ngx_int_t
 ngx_http_rlm_eval_respond(ngx_http_rlm_eval_t *ev)
 {
-    u_char                       hex[NGX_HTTP_RLM_ID_HEX];
-    size_t                       bytes;
-    json_t                      *out, *v;
-    uint64_t                     cells;
-    const char                  *status, *key;
-    ngx_int_t                    rc;
-    ngx_uint_t                   error;
-    ngx_http_request_t          *r;
-    ngx_http_rlm_ctx_t          *ctx;
-    ngx_http_rlm_cell_status_e   st;
+    u_char                  hex[NGX_HTTP_RLM_ID_HEX];
+    json_t                 *out, *res;
+    ngx_int_t               rc;
+    ngx_http_rlm_result_t  *result;
 
-    r = ev->request;
-    ctx = ngx_http_rlm_get_ctx(r);
+    result = &ev->cell.result;
 
-    status = json_string_value(json_object_get(ev->result, "status"));
-    if (status == NULL) {
-        status = "error";
-    }
+    ngx_http_rlm_session_format_id(ev->cell.session->id, hex);
 
-    ngx_http_rlm_session_format_id(ev->session->id, hex);
-
-    if (ev->context) {
-        bytes = ev->blob_len;
-
-        if (ngx_strcmp(status, "ok") != 0) {
-            ngx_http_rlm_eval_release(ev);
-
-            v = json_object_get(ev->result, "error");
-            v = v ? json_object_get(v, "evalue") : NULL;
-
-            return ngx_http_rlm_eval_error(ev, NGX_HTTP_BAD_REQUEST,
-                       "invalid_request_error", "invalid_json",
-                       json_is_string(v) ? json_string_value(v)
-                                         : "the context could not be "
-                                           "loaded");
-        }
-
-        (void) ngx_http_rlm_session_done(ev->zone, ev->session, 0, 0, bytes);
-        ev->running = 0;
-        ngx_http_rlm_eval_wake(ev->session);
-
-        (void) ngx_atomic_fetch_add(&ev->zone->sh->stats.context_loads, 1);
-        (void) ngx_atomic_fetch_add(&ev->zone->sh->stats.context_bytes,
-                                    bytes);
-
-        if (ev->done) {
-            /* an engine reads ev->result itself */
-            return NGX_OK;
-        }
-
-        out = json_pack("{s:s, s:s%, s:O?, s:I, s:O?}",
+    if (ev->cell.context) {
+        out = json_pack("{s:s, s:s%, s:o, s:I, s:o}",
                         "object", "rlm.context",
                         "session", (char *) hex, (size_t) NGX_HTTP_RLM_ID_HEX,
-                        "name", json_object_get(ev->result, "name"),
-                        "bytes", (json_int_t) bytes,
-                        "kind", json_object_get(ev->result, "kind"));
-        if (out == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+                        "name", result->name.data
+                                ? json_stringn((char *) result->name.data,
+                                               result->name.len)
+                                : json_null(),
+                        "bytes", (json_int_t) ev->cell.blob_len,
+                        "kind", result->kind.data
+                                ? json_stringn((char *) result->kind.data,
+                                               result->kind.len)
+                                : json_null());
+
+    } else {
+        out = json_pack("{s:s, s:s%, s:I}", "object", "rlm.cell",
+                        "session", (char *) hex, (size_t) NGX_HTTP_RLM_ID_HEX,
+                        "cell", (json_int_t) ev->cell.number);
+
+        res = ngx_http_rlm_result_json(result);
+
+        if (out && (res == NULL || json_object_update(out, res) != 0)) {
+            json_decref(out);
+            out = NULL;
         }
 
-        rc = ngx_http_rlm_send_json_value(r, NGX_HTTP_OK, out);
-        json_decref(out);
-        return rc;
+        json_decref(res);
     }
 
-    st = ngx_http_rlm_cell_status(status);
-    error = (st != NGX_HTTP_RLM_CELL_OK);
-
-    cells = ngx_http_rlm_session_done(ev->zone, ev->session, ev->cell_us,
-                                      error, 0);
-    ev->running = 0;
-    ngx_http_rlm_eval_wake(ev->session);
-
-    ngx_http_rlm_metrics_cell(st, ev->cell_us);
-
-    if (ctx) {
-        ctx->cell_status.data = (u_char *) ngx_http_rlm_cell_status_name(st);
-        ctx->cell_status.len = ngx_strlen(ctx->cell_status.data);
-    }
-
-    if (ev->done) {
-        return NGX_OK;
-    }
-
-    out = json_pack("{s:s, s:s%, s:I}", "object", "rlm.cell",
-                    "session", (char *) hex, (size_t) NGX_HTTP_RLM_ID_HEX,
-                    "cell", (json_int_t) cells);
     if (out == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    /* the sandbox's fields, in the API's order, with defaults */
-
-    json_object_set_new(out, "status", json_string(status));
-
-    key = "stdout";
-    v = json_object_get(ev->result, key);
-    json_object_set_new(out, key, v ? json_incref(v) : json_string(""));
-
-    key = "stderr";
-    v = json_object_get(ev->result, key);
-    json_object_set_new(out, key, v ? json_incref(v) : json_string(""));
-
-    v = json_object_get(ev->result, "error");
-    json_object_set_new(out, "error", v ? json_incref(v) : json_null());
-
-    v = json_object_get(ev->result, "duration_ms");
-    json_object_set_new(out, "duration_ms",
-                        v ? json_incref(v) : json_real(0));
-
-    v = json_object_get(ev->result, "answer");
-    json_object_set_new(out, "answer", v ? json_incref(v) : json_null());
-
-    v = json_object_get(ev->result, "state_delta");
-    if (v) {
-        json_object_set(out, "state_delta", v);
-    }
-
-    rc = ngx_http_rlm_send_json_value(r, NGX_HTTP_OK, out);
+    rc = ngx_http_rlm_send_json_value(ev->cell.request, NGX_HTTP_OK, out);
     json_decref(out);
 
     return rc;
-}
-
-
-/* gives the session's turn back after a failure */
-
-static void
-ngx_http_rlm_eval_release(ngx_http_rlm_eval_t *ev)
-{
-    if (ev->running) {
-        ev->running = 0;
-        (void) ngx_http_rlm_session_done(ev->zone, ev->session, ev->cell_us,
-                                         1, 0);
-        ngx_http_rlm_eval_wake(ev->session);
-    }
-}
-
-
-static void
-ngx_http_rlm_eval_finalize(ngx_http_rlm_eval_t *ev, ngx_int_t rc)
-{
-    ngx_http_rlm_ctx_t  *ctx;
-
-    if (ev->finalized) {
-        return;
-    }
-
-    ev->finalized = 1;
-
-    ngx_http_rlm_eval_release(ev);
-
-    ctx = ngx_http_rlm_get_ctx(ev->request);
-    if (ctx && ctx->has_sandbox_time) {
-        /* an engine's cells add up over the completion */
-        ctx->sandbox_us = (ev->done ? ctx->sandbox_us : 0)
-                          + (ev->cell_us ? ev->cell_us
-                                         : ngx_http_rlm_eval_elapsed_us(ev));
-    }
-
-    /*
-     * A subrequest's pool is its parent's: give the session back now,
-     * not when a Lua handler that ran a thousand cells ends.
-     */
-
-    if (ev->waiter == NULL && ev->peer == NULL && ev->referenced) {
-        ev->referenced = 0;
-        ngx_http_rlm_session_put(ev->zone, ev->session);
-    }
-
-    if (ev->done) {
-        ev->done(ev, rc);
-        return;
-    }
-
-    ngx_http_rlm_finalize(ev->request, rc);
-}
-
-
-/*
- * An engine's cell or context load.  The engine filled ev (request, zone,
- * session it holds a reference on, frame, blob, timeout, done, data and
- * maybe call_handler and engine_data); done() runs exactly once, possibly
- * before this returns: rc NGX_OK with ev->result (the sandbox's own
- * result frame; a lost sandbox's is made up here), or an error: rc is an
- * HTTP status and ev->err_code/err_message say why.
- * ngx_http_rlm_eval_cancel() gives everything back early; the request's
- * pool does so anyway when it goes.
- */
-
-ngx_int_t
-ngx_http_rlm_eval_start(ngx_http_rlm_eval_t *ev)
-{
-    ngx_int_t            rc;
-    ngx_pool_cleanup_t  *cln;
-
-    cln = ngx_pool_cleanup_add(ev->request->pool, 0);
-    if (cln == NULL) {
-        return NGX_ERROR;
-    }
-
-    cln->handler = ngx_http_rlm_eval_cleanup;
-    cln->data = ev;
-
-    if (ev->call_handler == NULL) {
-        ev->call_handler = ngx_http_rlm_call_handler;
-    }
-
-    rc = ngx_http_rlm_eval_enter(ev);
-
-    if (rc != NGX_DONE) {
-        ngx_http_rlm_eval_finalize(ev, rc);
-    }
-
-    return NGX_OK;
-}
-
-
-void
-ngx_http_rlm_eval_cancel(ngx_http_rlm_eval_t *ev)
-{
-    ngx_http_rlm_eval_cleanup(ev);
-    ev->finalized = 1;
-}
-
-
-static ngx_int_t
-ngx_http_rlm_eval_error(ngx_http_rlm_eval_t *ev, ngx_uint_t status,
-    const char *type, const char *code, const char *message)
-{
-    size_t  len;
-
-    if (ev->done == NULL) {
-        return ngx_http_rlm_send_error(ev->request, status, type, code,
-                                       message);
-    }
-
-    ev->err_code = code;
-
-    len = ngx_strlen(message);
-    ev->err_message = ngx_pnalloc(ev->request->pool, len + 1);
-
-    if (ev->err_message) {
-        ngx_memcpy(ev->err_message, message, len + 1);
-    }
-
-    return status;
-}
-
-
-static void
-ngx_http_rlm_eval_cleanup(void *data)
-{
-    ngx_http_rlm_eval_t  *ev = data;
-
-    if (ev->wait_event.timer_set) {
-        ngx_del_timer(&ev->wait_event);
-    }
-
-    if (ev->wait_event.posted) {
-        ngx_delete_posted_event(&ev->wait_event);
-    }
-
-    if (ev->peer) {
-        ev->peer->done_handler = NULL;
-        ngx_http_rlm_peer_close(ev->peer);
-        ev->peer = NULL;
-
-        /*
-         * An engine's cell still running is abandoned (client gone,
-         * deadline passed): stop the code, not just its channel.  The
-         * channel is closed first: the sandbox checks that the cell it
-         * interrupts is the one whose connection went away.
-         */
-
-        if (ev->done && ev->sent && !ev->context) {
-            ngx_http_rlm_control_interrupt(ngx_cycle->log, ev->sandbox);
-        }
-    }
-
-    if (ev->waiter) {
-        ngx_queue_remove(&ev->wait_link);
-        ngx_http_rlm_session_leave(ev->zone, ev->session, ev->waiter);
-        ev->waiter = NULL;
-
-        /* we may have been the head: the next one may go now */
-        ngx_http_rlm_eval_wake(ev->session);
-    }
-
-    ngx_http_rlm_eval_release(ev);
-
-    if (ev->referenced) {
-        ev->referenced = 0;
-        ngx_http_rlm_session_put(ev->zone, ev->session);
-    }
-
-    json_decref(ev->frame);
-    json_decref(ev->result);
-    ev->frame = NULL;
-    ev->result = NULL;
-}
-
-
-static ngx_uint_t
-ngx_http_rlm_eval_elapsed_us(ngx_http_rlm_eval_t *ev)
-{
-    struct timespec  now;
-    int64_t          us;
-
-    if (ev->started.tv_sec == 0 && ev->started.tv_nsec == 0) {
-        return 0;
-    }
-
-    (void) clock_gettime(CLOCK_MONOTONIC, &now);
-
-    us = (int64_t) (now.tv_sec - ev->started.tv_sec) * 1000000
-         + (now.tv_nsec - ev->started.tv_nsec) / 1000;
-
-    return us > 0 ? (ngx_uint_t) us : 0;
 }
 
 

@@ -28,11 +28,15 @@ static void ngx_http_rlm_loop_stepped(ngx_http_rlm_loop_t *loop,
     ngx_int_t rc, ngx_connection_t *c);
 static void ngx_http_rlm_loop_opened(ngx_http_rlm_open_t *op);
 static ngx_int_t ngx_http_rlm_loop_prepare(ngx_http_rlm_loop_t *loop);
+static ngx_int_t ngx_http_rlm_loop_sandbox_state(ngx_http_rlm_loop_t *loop);
+static ngx_http_rlm_cell_t *ngx_http_rlm_loop_new_cell(
+    ngx_http_rlm_loop_t *loop, ngx_msec_t timeout);
 static ngx_int_t ngx_http_rlm_loop_sandbox(ngx_http_rlm_loop_t *loop,
     json_t *frame, u_char *blob, size_t blob_len, ngx_msec_t timeout);
-static void ngx_http_rlm_loop_eval_done(ngx_http_rlm_eval_t *ev,
+static void ngx_http_rlm_loop_cell_done(ngx_http_rlm_cell_t *cell,
     ngx_int_t rc);
-static json_t *ngx_http_rlm_loop_take_result(ngx_http_rlm_loop_t *loop);
+static ngx_int_t ngx_http_rlm_loop_take_result(ngx_http_rlm_loop_t *loop,
+    ngx_http_rlm_result_t *res);
 static ngx_int_t ngx_http_rlm_loop_iterate(ngx_http_rlm_loop_t *loop);
 static ngx_int_t ngx_http_rlm_loop_root_call(ngx_http_rlm_loop_t *loop);
 static void ngx_http_rlm_loop_root_done(ngx_http_rlm_llm_call_t *call);
@@ -199,7 +203,7 @@ ngx_http_rlm_loop_stop_work(ngx_http_rlm_loop_t *loop)
     ngx_http_rlm_subcalls_cancel(loop, NULL);
 
     if (loop->cell) {
-        ngx_http_rlm_eval_cancel(loop->cell);
+        ngx_http_rlm_cell_cancel(loop->cell);
         loop->cell = NULL;
     }
 }
@@ -299,9 +303,10 @@ ngx_http_rlm_loop_deadline_handler(ngx_event_t *e)
 static void
 ngx_http_rlm_loop_step_handler(ngx_event_t *e)
 {
-    ngx_int_t             rc;
-    ngx_connection_t     *c;
-    ngx_http_rlm_loop_t  *loop = e->data;
+    ngx_int_t               rc;
+    ngx_connection_t       *c;
+    ngx_http_rlm_loop_t    *loop = e->data;
+    ngx_http_rlm_result_t   res;
 
     c = loop->request->connection;
 
@@ -322,7 +327,10 @@ ngx_http_rlm_loop_step_handler(ngx_event_t *e)
         break;
 
     case NGX_HTTP_RLM_LOOP_HISTORY:
-        json_decref(ngx_http_rlm_loop_take_result(loop));
+        if (ngx_http_rlm_loop_take_result(loop, &res) == NGX_OK) {
+            ngx_http_rlm_result_free(&res);
+        }
+
         loop->state = NGX_HTTP_RLM_LOOP_DONE;
         ngx_http_rlm_loop_end(loop);
         loop->done(loop);
@@ -371,18 +379,19 @@ ngx_http_rlm_loop_stepped(ngx_http_rlm_loop_t *loop, ngx_int_t rc,
 static ngx_int_t
 ngx_http_rlm_loop_prepare(ngx_http_rlm_loop_t *loop)
 {
-    char                *text;
-    char                 why[256];
-    u_char               name[32];
-    const char          *evalue;
-    json_t              *frame, *res;
-    ngx_str_t           *body;
-    ngx_uint_t           step;
-    ngx_pool_cleanup_t  *cln;
+    char                   *text;
+    char                    why[256];
+    u_char                  name[32];
+    json_t                 *frame;
+    ngx_int_t               got;
+    ngx_str_t              *body;
+    ngx_uint_t              step;
+    ngx_pool_cleanup_t     *cln;
+    ngx_http_rlm_result_t   res;
 
-    res = ngx_http_rlm_loop_take_result(loop);
+    got = ngx_http_rlm_loop_take_result(loop, &res);
 
-    if (loop->prepare_step > 0 && res == NULL) {
+    if (loop->prepare_step > 0 && got != NGX_OK) {
         /* the sandbox is gone, or the queue is full */
         ngx_http_rlm_loop_fail(loop, loop->eval_rc >= 400
                                      ? (ngx_uint_t) loop->eval_rc
@@ -393,32 +402,22 @@ ngx_http_rlm_loop_prepare(ngx_http_rlm_loop_t *loop)
         return NGX_OK;
     }
 
-    if (res && loop->prepare_step == 2 && loop->context_json.data
-        && json_is_string(json_object_get(res, "status"))
-        && ngx_strcmp(json_string_value(json_object_get(res, "status")),
-                      "error") == 0)
+    if (got == NGX_OK && loop->prepare_step == 2 && loop->context_json.data
+        && res.status == NGX_HTTP_RLM_CELL_ERROR)
     {
         /* the context's JSON was first read by the sandbox's parser */
 
-        evalue = json_string_value(json_object_get(
-                                       json_object_get(res, "error"),
-                                       "evalue"));
-
         ngx_snprintf((u_char *) why, sizeof(why) - 1,
-                     "the context is not valid JSON: %s%Z",
-                     evalue ? evalue : "");
-        json_decref(res);
+                     "the context is not valid JSON: %V%Z", &res.evalue);
+        ngx_http_rlm_result_free(&res);
 
         ngx_http_rlm_loop_fail(loop, NGX_HTTP_BAD_REQUEST,
                                "invalid_request_error", "invalid_json", why);
         return NGX_OK;
     }
 
-    if (res && json_object_get(res, "status")
-        && ngx_strcmp(json_string_value(json_object_get(res, "status")),
-                      "ok") != 0)
-    {
-        json_decref(res);
+    if (got == NGX_OK && res.status != NGX_HTTP_RLM_CELL_OK) {
+        ngx_http_rlm_result_free(&res);
         ngx_http_rlm_loop_fail(loop, NGX_HTTP_BAD_GATEWAY, "server_error",
                                "sandbox_lost",
                                "the session's sandbox is gone; start a "
@@ -426,7 +425,9 @@ ngx_http_rlm_loop_prepare(ngx_http_rlm_loop_t *loop)
         return NGX_OK;
     }
 
-    json_decref(res);
+    if (got == NGX_OK) {
+        ngx_http_rlm_result_free(&res);
+    }
 
     for ( ;; ) {
         step = loop->prepare_step++;
@@ -440,10 +441,7 @@ ngx_http_rlm_loop_prepare(ngx_http_rlm_loop_t *loop)
                 continue;
             }
 
-            frame = json_pack("{s:s, s:O, s:[]}", "op", "state_update",
-                              "state", loop->tree->state, "deleted");
-            return ngx_http_rlm_loop_sandbox(loop, frame, NULL, 0,
-                                             NGX_HTTP_RLM_LOOP_OP_TIMEOUT);
+            return ngx_http_rlm_loop_sandbox_state(loop);
 
         case 1:
             if (loop->turn == 0) {
@@ -559,23 +557,24 @@ ngx_http_rlm_loop_sandbox(ngx_http_rlm_loop_t *loop, json_t *frame,
 {
     ngx_buf_t            *b;
     ngx_chain_t          *cl;
-    ngx_http_rlm_eval_t  *ev;
+    ngx_http_rlm_cell_t  *cell;
 
     if (frame == NULL) {
         return NGX_ERROR;
     }
 
-    ev = ngx_pcalloc(loop->pool, sizeof(ngx_http_rlm_eval_t));
-    if (ev == NULL) {
+    cell = ngx_http_rlm_loop_new_cell(loop, timeout);
+    if (cell == NULL) {
         json_decref(frame);
         return NGX_ERROR;
     }
+
+    cell->frame = frame;
 
     if (blob_len) {
         b = ngx_calloc_buf(loop->pool);
         cl = ngx_alloc_chain_link(loop->pool);
         if (b == NULL || cl == NULL) {
-            json_decref(frame);
             return NGX_ERROR;
         }
 
@@ -585,32 +584,76 @@ ngx_http_rlm_loop_sandbox(ngx_http_rlm_loop_t *loop, json_t *frame,
         cl->buf = b;
         cl->next = NULL;
 
-        ev->blob = cl;
-        ev->blob_len = blob_len;
-        ev->context = 1;
+        cell->blob = cl;
+        cell->blob_len = blob_len;
+        cell->context = 1;
     }
 
-    ev->request = loop->request;
-    ev->zone = ngx_http_rlm_zone();
-    ev->session = loop->session;
-    ev->frame = frame;
-    ev->timeout = timeout;
-    ev->done = ngx_http_rlm_loop_eval_done;
-    ev->call_handler = ngx_http_rlm_subcall_handler;
-    ev->engine_data = loop;
+    loop->cell = cell;
 
-    loop->cell = ev;
+    ngx_http_rlm_cell_start(cell);
 
-    return ngx_http_rlm_eval_start(ev);
+    return NGX_OK;
+}
+
+
+/* a child's sandbox starts from the tree's `state`, encoded once */
+
+static ngx_int_t
+ngx_http_rlm_loop_sandbox_state(ngx_http_rlm_loop_t *loop)
+{
+    ngx_http_rlm_cell_t  *cell;
+
+    cell = ngx_http_rlm_loop_new_cell(loop, NGX_HTTP_RLM_LOOP_OP_TIMEOUT);
+    if (cell == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_rlm_state_frame(loop, cell) != NGX_OK) {
+        ngx_http_rlm_cell_cancel(cell);
+        return NGX_ERROR;
+    }
+
+    loop->cell = cell;
+
+    ngx_http_rlm_cell_start(cell);
+
+    return NGX_OK;
+}
+
+
+static ngx_http_rlm_cell_t *
+ngx_http_rlm_loop_new_cell(ngx_http_rlm_loop_t *loop, ngx_msec_t timeout)
+{
+    ngx_http_rlm_cell_t  *cell;
+
+    cell = ngx_pcalloc(loop->pool, sizeof(ngx_http_rlm_cell_t));
+    if (cell == NULL) {
+        return NULL;
+    }
+
+    cell->request = loop->request;
+    cell->zone = ngx_http_rlm_zone();
+    cell->session = loop->session;
+    cell->timeout = timeout;
+    cell->done = ngx_http_rlm_loop_cell_done;
+    cell->call_handler = ngx_http_rlm_subcall_handler;
+    cell->data = loop;
+
+    if (ngx_http_rlm_cell_init(cell) != NGX_OK) {
+        return NULL;
+    }
+
+    return cell;
 }
 
 
 static void
-ngx_http_rlm_loop_eval_done(ngx_http_rlm_eval_t *ev, ngx_int_t rc)
+ngx_http_rlm_loop_cell_done(ngx_http_rlm_cell_t *cell, ngx_int_t rc)
 {
-    ngx_http_rlm_loop_t  *loop = ev->engine_data;
+    ngx_http_rlm_loop_t  *loop = cell->data;
 
-    if (loop->cell != ev) {
+    if (loop->cell != cell) {
         return;
     }
 
@@ -619,27 +662,36 @@ ngx_http_rlm_loop_eval_done(ngx_http_rlm_eval_t *ev, ngx_int_t rc)
 }
 
 
-/* the finished sandbox work's result (the caller's to free), or NULL */
+/*
+ * The finished sandbox work's result, moved into res (the caller's to
+ * free): NGX_OK, or NGX_DECLINED when there is none.
+ */
 
-static json_t *
-ngx_http_rlm_loop_take_result(ngx_http_rlm_loop_t *loop)
+static ngx_int_t
+ngx_http_rlm_loop_take_result(ngx_http_rlm_loop_t *loop,
+    ngx_http_rlm_result_t *res)
 {
-    json_t               *res;
-    ngx_http_rlm_eval_t  *ev;
+    ngx_int_t             rc;
+    ngx_http_rlm_cell_t  *cell;
 
-    ev = loop->cell;
-    if (ev == NULL) {
-        return NULL;
+    cell = loop->cell;
+    if (cell == NULL) {
+        return NGX_DECLINED;
     }
 
     loop->cell = NULL;
 
-    /* the sandbox's own result: FINAL_VAR needs its "value" */
-    res = ev->result ? json_incref(ev->result) : NULL;
+    rc = NGX_DECLINED;
 
-    ngx_http_rlm_eval_cancel(ev);
+    if (cell->has_result) {
+        *res = cell->result;
+        ngx_memzero(&cell->result, sizeof(ngx_http_rlm_result_t));
+        rc = NGX_OK;
+    }
 
-    return res;
+    ngx_http_rlm_cell_cancel(cell);
+
+    return rc;
 }
 
 
@@ -952,70 +1004,87 @@ ngx_http_rlm_loop_run_block(ngx_http_rlm_loop_t *loop)
 static ngx_int_t
 ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
 {
-    char                  what[96];
-    json_t               *res, *answer, *out, *rec, *content;
-    ngx_str_t             text;
-    const char           *status;
-    ngx_http_rlm_eval_t  *ev;
+    char                    what[96];
+    json_t                 *out, *rec, *err;
+    ngx_int_t               rc;
+    ngx_str_t               text;
+    const char             *status;
+    ngx_http_rlm_cell_t    *cell;
+    ngx_http_rlm_result_t   res;
 
-    ev = loop->cell;
+    cell = loop->cell;
 
     /* calls of the block that were not answered die with it */
-    ngx_http_rlm_subcalls_cancel(loop, ev);
+    ngx_http_rlm_subcalls_cancel(loop, cell);
 
-    res = ngx_http_rlm_loop_take_result(loop);
-
-    if (res == NULL) {
-        res = json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:f}",
-                        "status", "crashed", "stdout", "", "stderr", "",
-                        "error", "ename", "SandboxError",
-                        "evalue", ev->err_message
-                                  ? (char *) ev->err_message
-                                  : "the sandbox did not return a result",
-                        "traceback", "", "duration_ms", 0.0);
-        if (res == NULL) {
-            return NGX_ERROR;
-        }
+    if (ngx_http_rlm_loop_take_result(loop, &res) != NGX_OK) {
+        ngx_http_rlm_result_set(&res, NGX_HTTP_RLM_CELL_CRASHED,
+                                "SandboxError",
+                                cell->err_message
+                                ? cell->err_message
+                                : (u_char *) "the sandbox did not return "
+                                             "a result",
+                                cell->err_message
+                                ? ngx_strlen(cell->err_message)
+                                : sizeof("the sandbox did not return "
+                                         "a result") - 1);
     }
 
     loop->cells++;
 
-    status = json_string_value(json_object_get(res, "status"));
-    if (status == NULL) {
-        status = "error";
-    }
+    status = ngx_http_rlm_cell_status_name(res.status);
 
-    if (ngx_strcmp(status, "ok") == 0) {
+    if (res.status == NGX_HTTP_RLM_CELL_OK) {
         loop->error_cells = 0;
 
     } else {
         loop->error_cells++;
     }
 
-    ngx_http_rlm_loop_merge_state(loop->tree,
-                                  json_object_get(res, "state_delta"));
+    if (ngx_http_rlm_state_merge(loop, res.state_delta) != NGX_OK) {
+        res.status = NGX_HTTP_RLM_CELL_ERROR;
+        status = ngx_http_rlm_cell_status_name(res.status);
+        res.has_error = 1;
+        ngx_str_set(&res.ename, "StateTooLarge");
+        ngx_str_set(&res.evalue, "the shared `state` would be larger than "
+                                 "the server takes (rlm_state_max); the "
+                                 "changes of this block were not shared");
+        ngx_str_null(&res.traceback);
+        res.answer_ready = 0;
+    }
 
-    out = ngx_http_rlm_prompt_block_output(loop, loop->block + 1, res);
+    out = ngx_http_rlm_prompt_block_output(loop, loop->block + 1, &res);
     if (out == NULL) {
-        json_decref(res);
+        ngx_http_rlm_result_free(&res);
         return NGX_ERROR;
     }
 
     json_array_append_new(loop->feedback, out);
 
     if (loop->record) {
-        rec = json_pack("{s:s%, s:{s:s, s:O?, s:O?, s:O?, s:f, s:O}}",
+        err = res.has_error
+              ? json_pack("{s:s%, s:s%, s:s%}",
+                          "ename", res.ename.data ? (char *) res.ename.data
+                                                  : "", res.ename.len,
+                          "evalue", res.evalue.data
+                                    ? (char *) res.evalue.data : "",
+                          res.evalue.len,
+                          "traceback", res.traceback.data
+                                       ? (char *) res.traceback.data : "",
+                          res.traceback.len)
+              : json_null();
+
+        rec = json_pack("{s:s%, s:{s:s, s:s%, s:s%, s:o, s:f, s:O}}",
                         "code",
                         (char *) loop->parsed.blocks[loop->block].data,
                         loop->parsed.blocks[loop->block].len,
                         "result", "status", status,
-                        "stdout", json_object_get(res, "stdout"),
-                        "stderr", json_object_get(res, "stderr"),
-                        "error", json_object_get(res, "error"),
-                        "execution_time",
-                        json_number_value(json_object_get(res,
-                                                          "duration_ms"))
-                        / 1000.0,
+                        "stdout", res.out.data ? (char *) res.out.data : "",
+                        res.out.len,
+                        "stderr", res.err.data ? (char *) res.err.data : "",
+                        res.err.len,
+                        "error", err,
+                        "execution_time", res.duration_ms / 1000.0,
                         "rlm_calls", loop->block_calls);
         if (rec) {
             json_array_append_new(json_object_get(loop->record,
@@ -1026,38 +1095,30 @@ ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
     if (loop->progress) {
         ngx_snprintf((u_char *) what, sizeof(what) - 1,
                      "cell %ui.%ui %s %.1f ms%Z", loop->iterations,
-                     loop->block + 1, status,
-                     json_number_value(json_object_get(res, "duration_ms")));
+                     loop->block + 1, status, res.duration_ms);
         loop->progress(loop, what);
     }
 
-    answer = json_object_get(res, "answer");
-
-    if (json_is_object(answer)
-        && json_is_true(json_object_get(answer, "ready")))
-    {
-        content = json_object_get(answer, "content");
-
-        if (json_is_string(content)) {
-            if (ngx_http_rlm_loop_str(loop, &text,
-                                      json_string_value(content),
-                                      json_string_length(content))
-                != NGX_OK)
-            {
-                json_decref(res);
-                return NGX_ERROR;
-            }
+    if (res.answer_ready) {
+        if (res.answer_null) {
+            ngx_str_set(&text, "");
+            rc = NGX_OK;
 
         } else {
-            ngx_str_set(&text, "");
+            rc = ngx_http_rlm_loop_str(loop, &text, (char *) res.answer.data,
+                                       res.answer.len);
         }
 
-        json_decref(res);
+        ngx_http_rlm_result_free(&res);
+
+        if (rc != NGX_OK) {
+            return NGX_ERROR;
+        }
 
         return ngx_http_rlm_loop_finish(loop, &text, NULL);
     }
 
-    json_decref(res);
+    ngx_http_rlm_result_free(&res);
 
     if (loop->error_cells >= loop->conf->max_error_cells) {
         return ngx_http_rlm_loop_finish(loop, &loop->best, "max_error_cells");
@@ -1083,32 +1144,27 @@ ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
 static ngx_int_t
 ngx_http_rlm_loop_final_var_done(ngx_http_rlm_loop_t *loop)
 {
-    char        msg[256];
-    json_t     *res;
-    ngx_int_t   rc;
-    ngx_str_t   text;
-    const char  *status;
+    char                    msg[256];
+    ngx_int_t               rc;
+    ngx_str_t               text;
+    ngx_http_rlm_result_t   res;
 
-    res = ngx_http_rlm_loop_take_result(loop);
+    if (ngx_http_rlm_loop_take_result(loop, &res) == NGX_OK) {
 
-    status = res ? json_string_value(json_object_get(res, "status")) : NULL;
+        if (res.status == NGX_HTTP_RLM_CELL_OK && res.has_value) {
+            rc = ngx_http_rlm_loop_str(loop, &text, (char *) res.value.data,
+                                       res.value.len);
+            ngx_http_rlm_result_free(&res);
 
-    if (status && ngx_strcmp(status, "ok") == 0
-        && json_is_string(json_object_get(res, "value")))
-    {
-        rc = ngx_http_rlm_loop_str(loop, &text,
-                 json_string_value(json_object_get(res, "value")),
-                 json_string_length(json_object_get(res, "value")));
-        json_decref(res);
+            if (rc != NGX_OK) {
+                return NGX_ERROR;
+            }
 
-        if (rc != NGX_OK) {
-            return NGX_ERROR;
+            return ngx_http_rlm_loop_finish(loop, &text, NULL);
         }
 
-        return ngx_http_rlm_loop_finish(loop, &text, NULL);
+        ngx_http_rlm_result_free(&res);
     }
-
-    json_decref(res);
 
     /* a missing variable does not end the loop */
 
@@ -1360,41 +1416,6 @@ ngx_http_rlm_loop_remaining(ngx_http_rlm_loop_t *loop)
 
     return left > 0 ? (ngx_msec_t) left : 0;
 }
-
-
-/* a block's state_delta into the tree's copy of the shared dict */
-
-void
-ngx_http_rlm_loop_merge_state(ngx_http_rlm_tree_t *tree, json_t *delta)
-{
-    size_t       i;
-    json_t      *v, *gone;
-    const char  *k;
-
-    if (!json_is_object(delta) || tree->state == NULL) {
-        return;
-    }
-
-    json_object_foreach(delta, k, v) {
-        if (ngx_strcmp(k, "__deleted__") != 0) {
-            json_object_set(tree->state, k, v);
-            json_object_del(tree->deleted, k);
-        }
-    }
-
-    /* removals reach the other loops of the tree (rlm_query replies) */
-
-    gone = json_object_get(delta, "__deleted__");
-
-    json_array_foreach(gone, i, v) {
-        if (json_is_string(v)) {
-            json_object_del(tree->state, json_string_value(v));
-            json_object_set_new(tree->deleted, json_string_value(v),
-                                json_true());
-        }
-    }
-}
-
 
 ngx_int_t
 ngx_http_rlm_loop_str(ngx_http_rlm_loop_t *loop, ngx_str_t *dst,

@@ -17,6 +17,7 @@
 
 
 #include "ngx_http_rlm_module.h"
+#include "ngx_http_rlm_cell.h"
 #include "ngx_http_rlm_llm.h"
 #include "ngx_http_rlm_parse.h"
 #include "ngx_http_rlm_jsonstr.h"
@@ -38,6 +39,10 @@ typedef struct {
     ngx_uint_t                  max_error_cells;   /* consecutive */
     size_t                      block_output_max;  /* characters */
     ngx_uint_t                  max_calls;         /* concurrent, tree */
+    ngx_uint_t                  batch_max;         /* prompts of a call */
+    ngx_uint_t                  max_pending_calls; /* waiting, tree */
+    ngx_uint_t                  max_children;      /* child loops, tree */
+    ngx_uint_t                  sessions_share;    /* % of max_sessions */
     ngx_flag_t                  final_markers;
     ngx_str_t                   system_prompt;
     ngx_str_t                   trajectory_dir;
@@ -55,8 +60,14 @@ struct ngx_http_rlm_tree_s {
     json_t                     *models;            /* per-model usage */
     json_t                     *state;             /* the shared dict */
     json_t                     *deleted;           /* keys removed: set */
+    ngx_uint_t                  state_version;     /* bumped per change */
+    void                       *state_text;        /* encoded, shared */
     ngx_str_t                   owner;
+    ngx_uint_t                  owner_max;         /* its session quota */
+    ngx_str_t                   code_models;       /* models code may ask */
     ngx_uint_t                  loops;             /* live loops */
+    ngx_uint_t                  children;          /* child loops started */
+    ngx_uint_t                  pending_calls;     /* model calls of code */
     const char                 *limit;             /* first limit hit */
 };
 
@@ -119,7 +130,7 @@ struct ngx_http_rlm_loop_s {
     ngx_http_rlm_open_t         open;
     json_t                     *messages;
     ngx_http_rlm_llm_call_t     call;
-    ngx_http_rlm_eval_t        *cell;
+    ngx_http_rlm_cell_t        *cell;
     ngx_http_rlm_response_t     parsed;
     ngx_str_t                   response;
     ngx_uint_t                  block;
@@ -155,16 +166,19 @@ ngx_int_t ngx_http_rlm_loop_start_call(ngx_http_rlm_loop_t *loop,
 void ngx_http_rlm_loop_count(ngx_http_rlm_loop_t *loop,
     ngx_http_rlm_llm_call_t *call);
 ngx_msec_t ngx_http_rlm_loop_remaining(ngx_http_rlm_loop_t *loop);
-void ngx_http_rlm_loop_merge_state(ngx_http_rlm_tree_t *tree,
-    json_t *delta);
+/* ngx_http_rlm_state.c */
+ngx_int_t ngx_http_rlm_state_merge(ngx_http_rlm_loop_t *loop, json_t *delta);
+ngx_int_t ngx_http_rlm_state_frame(ngx_http_rlm_loop_t *loop,
+    ngx_http_rlm_cell_t *cell);
+void ngx_http_rlm_state_release(ngx_http_rlm_tree_t *tree);
 ngx_int_t ngx_http_rlm_loop_str(ngx_http_rlm_loop_t *loop, ngx_str_t *dst,
     const char *src, size_t len);
 
 /* ngx_http_rlm_subcall.c */
-ngx_int_t ngx_http_rlm_subcall_handler(ngx_http_rlm_eval_t *ev,
-    json_t *call);
+ngx_int_t ngx_http_rlm_subcall_handler(ngx_http_rlm_cell_t *cell,
+    ngx_http_rlm_call_t *call);
 void ngx_http_rlm_subcalls_cancel(ngx_http_rlm_loop_t *loop,
-    ngx_http_rlm_eval_t *ev);
+    ngx_http_rlm_cell_t *cell);
 
 /* ngx_http_rlm_prompt.c */
 extern ngx_str_t  ngx_http_rlm_default_system_prompt;
@@ -174,7 +188,7 @@ json_t *ngx_http_rlm_prompt_turn(ngx_http_rlm_loop_t *loop,
     json_t *feedback);
 json_t *ngx_http_rlm_prompt_last(ngx_http_rlm_loop_t *loop);
 json_t *ngx_http_rlm_prompt_block_output(ngx_http_rlm_loop_t *loop,
-    ngx_uint_t n, json_t *result);
+    ngx_uint_t n, ngx_http_rlm_result_t *result);
 json_t *ngx_http_rlm_prompt_note(const char *text);
 
 

@@ -12,11 +12,11 @@
 
 static const char  *ngx_http_rlm_cell_names[NGX_HTTP_RLM_CELL_NSTATUS] = {
     "ok", "error", "timeout", "oom", "output_truncated", "crashed",
-    "sandbox_lost"
+    "sandbox_lost", "sandbox_error"
 };
 
 static const char  *ngx_http_rlm_death_names[NGX_HTTP_RLM_DEATH_N] = {
-    "oom", "crashed", "killed", "exited"
+    "oom", "crashed", "killed", "exited", "limit"
 };
 
 /* upper bounds of the latency buckets, in microseconds */
@@ -29,21 +29,6 @@ static const char  *ngx_http_rlm_hist_le[NGX_HTTP_RLM_HIST_N] = {
     "0.001", "0.005", "0.01", "0.05", "0.1", "0.5", "1", "5", "10", "30",
     "+Inf"
 };
-
-
-ngx_http_rlm_cell_status_e
-ngx_http_rlm_cell_status(const char *s)
-{
-    ngx_uint_t  i;
-
-    for (i = 0; i < NGX_HTTP_RLM_CELL_NSTATUS; i++) {
-        if (ngx_strcmp(s, ngx_http_rlm_cell_names[i]) == 0) {
-            return (ngx_http_rlm_cell_status_e) i;
-        }
-    }
-
-    return NGX_HTTP_RLM_CELL_ERROR;
-}
 
 
 const char *
@@ -110,6 +95,12 @@ ngx_http_rlm_metrics_death(const char *reason)
 
         if (ngx_strcmp(reason, "manager restarted") == 0) {
             i = NGX_HTTP_RLM_DEATH_KILLED;
+
+        } else if (ngx_strcmp(reason, "wall_limit") == 0
+                   || ngx_strcmp(reason, "cpu_limit") == 0)
+        {
+            /* killed from outside, or ended itself, on a time limit */
+            i = NGX_HTTP_RLM_DEATH_LIMIT;
         }
     }
 

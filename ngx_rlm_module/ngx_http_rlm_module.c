@@ -138,6 +138,20 @@ static ngx_command_t  ngx_http_rlm_commands[] = {
       offsetof(ngx_http_rlm_main_conf_t, output_max),
       NULL },
 
+    { ngx_string("rlm_answer_max"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, answer_max),
+      NULL },
+
+    { ngx_string("rlm_state_max"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, state_max),
+      NULL },
+
     { ngx_string("rlm_session_idle_timeout"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_sec_slot,
@@ -354,6 +368,8 @@ ngx_http_rlm_create_main_conf(ngx_conf_t *cf)
     rmcf->sandbox_memory = NGX_CONF_UNSET_SIZE;
     rmcf->sandbox_pids = NGX_CONF_UNSET_UINT;
     rmcf->output_max = NGX_CONF_UNSET_SIZE;
+    rmcf->answer_max = NGX_CONF_UNSET_SIZE;
+    rmcf->state_max = NGX_CONF_UNSET_SIZE;
     rmcf->session_idle_timeout = NGX_CONF_UNSET;
     rmcf->session_queue = NGX_CONF_UNSET_UINT;
     rmcf->context_max_size = NGX_CONF_UNSET_SIZE;
@@ -379,9 +395,20 @@ ngx_http_rlm_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_size_value(rmcf->sandbox_memory, 512 * 1024 * 1024);
     ngx_conf_init_uint_value(rmcf->sandbox_pids, 64);
     ngx_conf_init_size_value(rmcf->output_max, 1024 * 1024);
+    ngx_conf_init_size_value(rmcf->answer_max, 1024 * 1024);
+    ngx_conf_init_size_value(rmcf->state_max, 1024 * 1024);
     ngx_conf_init_value(rmcf->session_idle_timeout, 3600);
     ngx_conf_init_uint_value(rmcf->session_queue, 16);
     ngx_conf_init_size_value(rmcf->context_max_size, 256 * 1024 * 1024);
+
+    if (rmcf->answer_max < 1024 || rmcf->answer_max > 16 * 1024 * 1024
+        || rmcf->state_max < 1024 || rmcf->state_max > 16 * 1024 * 1024)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"rlm_answer_max\" and \"rlm_state_max\" must "
+                           "be from 1k to 16m (a frame's size)");
+        return NGX_CONF_ERROR;
+    }
 
     if (rmcf->cell_cpu_time == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,

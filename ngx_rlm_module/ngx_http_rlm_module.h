@@ -55,6 +55,7 @@ typedef enum {
     NGX_HTTP_RLM_CELL_TRUNCATED,
     NGX_HTTP_RLM_CELL_CRASHED,
     NGX_HTTP_RLM_CELL_LOST,
+    NGX_HTTP_RLM_CELL_SANDBOX_ERROR,   /* a malformed frame */
     NGX_HTTP_RLM_CELL_NSTATUS
 } ngx_http_rlm_cell_status_e;
 
@@ -65,6 +66,7 @@ typedef enum {
     NGX_HTTP_RLM_DEATH_CRASHED,
     NGX_HTTP_RLM_DEATH_KILLED,
     NGX_HTTP_RLM_DEATH_EXITED,
+    NGX_HTTP_RLM_DEATH_LIMIT,          /* wall_limit, cpu_limit */
     NGX_HTTP_RLM_DEATH_N
 } ngx_http_rlm_death_e;
 
@@ -201,6 +203,8 @@ typedef struct {
     size_t                      sandbox_memory;
     ngx_uint_t                  sandbox_pids;
     size_t                      output_max;
+    size_t                      answer_max;
+    size_t                      state_max;
 
     time_t                      session_idle_timeout;
     ngx_uint_t                  session_queue;
@@ -306,75 +310,6 @@ typedef void (*ngx_http_rlm_control_pt)(void *data, json_t *reply,
     ngx_http_rlm_peer_status_e status);
 
 
-/*
- * Engine hook: a "call" frame from code during exec (llm_query,
- * rlm_query, tool ...).  Every new cell copies ngx_http_rlm_call_handler
- * into ev->call_handler; an engine sets the global at configuration time,
- * or replaces ev->call_handler per cell.  The handler answers each call
- * exactly once with ngx_http_rlm_eval_reply() (at once, or later from its
- * own events) and returns NGX_OK; NGX_ERROR ends the cell as a protocol
- * error.  While a call is outstanding the sandbox's wall clock is paused,
- * so an engine that waits long extends the host-side deadline with
- * ngx_http_rlm_eval_extend().  ev->request, ev->session and ev->peer are
- * valid until the result frame arrives; ev->engine_data is the engine's.
- * The default handler answers that model calls are not configured.
- */
-typedef struct ngx_http_rlm_eval_s  ngx_http_rlm_eval_t;
-
-typedef ngx_int_t (*ngx_http_rlm_call_pt)(ngx_http_rlm_eval_t *ev,
-    json_t *call);
-
-extern ngx_http_rlm_call_pt  ngx_http_rlm_call_handler;
-
-typedef void (*ngx_http_rlm_eval_done_pt)(ngx_http_rlm_eval_t *ev,
-    ngx_int_t rc);
-
-
-/* one cell (exec) or context load on a session, bound to a request */
-struct ngx_http_rlm_eval_s {
-    ngx_http_request_t         *request;
-    ngx_http_rlm_zone_t        *zone;
-    ngx_http_rlm_session_t     *session;
-    ngx_http_rlm_waiter_t      *waiter;
-    ngx_http_rlm_peer_t        *peer;
-
-    ngx_event_t                 wait_event;
-    ngx_msec_t                  wait_delay;
-    ngx_queue_t                 wait_link;     /* this worker's waiters */
-
-    json_t                     *frame;         /* exec / load_context */
-    ngx_chain_t                *blob;
-    size_t                      blob_len;
-    ngx_msec_t                  timeout;
-    json_t                     *result;
-
-    ngx_str_t                   path;
-    u_char                      sandbox[NGX_HTTP_RLM_SANDBOX_LEN + 1];
-    u_char                      reason[NGX_HTTP_RLM_REASON_LEN];
-    ngx_uint_t                  generation;
-
-    struct timespec             started;
-    ngx_uint_t                  cell_us;
-    ngx_int_t                   answer_rc;
-    ngx_uint_t                  status_tries;
-
-    /* the engine's hook for "call" frames and its per-cell state */
-    ngx_http_rlm_call_pt        call_handler;
-    void                       *engine_data;
-
-    /* an engine's cell (ngx_http_rlm_eval_start): its outcome */
-    ngx_http_rlm_eval_done_pt   done;
-    const char                 *err_code;
-    u_char                     *err_message;
-
-    unsigned                    context:1;
-    unsigned                    referenced:1;
-    unsigned                    running:1;
-    unsigned                    sent:1;
-    unsigned                    finalized:1;
-};
-
-
 /* opening a session: ngx_http_rlm_open.c */
 typedef struct ngx_http_rlm_open_s  ngx_http_rlm_open_t;
 
@@ -448,7 +383,6 @@ ngx_int_t ngx_http_rlm_metrics_handler(ngx_http_request_t *r);
 void ngx_http_rlm_metrics_cell(ngx_http_rlm_cell_status_e status,
     ngx_uint_t us);
 void ngx_http_rlm_metrics_death(const char *reason);
-ngx_http_rlm_cell_status_e ngx_http_rlm_cell_status(const char *s);
 const char *ngx_http_rlm_cell_status_name(ngx_http_rlm_cell_status_e st);
 
 /* ngx_http_rlm_variables.c */
@@ -474,6 +408,11 @@ ngx_int_t ngx_http_rlm_control(ngx_pool_t *pool, ngx_log_t *log,
     void *data);
 void ngx_http_rlm_control_release(ngx_log_t *log, u_char *sandbox);
 void ngx_http_rlm_control_interrupt(ngx_log_t *log, u_char *sandbox);
+void ngx_http_rlm_control_kill(ngx_log_t *log, u_char *sandbox,
+    const char *reason);
+void ngx_http_rlm_control_watch(ngx_log_t *log, u_char *sandbox,
+    ngx_msec_t cpu_ms);
+void ngx_http_rlm_control_unwatch(ngx_log_t *log, u_char *sandbox);
 json_t *ngx_http_rlm_control_limits(ngx_http_rlm_main_conf_t *rmcf);
 ngx_int_t ngx_http_rlm_control_pooled(ngx_log_t *log, json_t *req,
     ngx_http_rlm_control_pt handler);
@@ -508,6 +447,8 @@ ngx_uint_t ngx_http_rlm_session_lost(ngx_http_rlm_zone_t *z,
 json_t *ngx_http_rlm_session_json(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s);
 json_t *ngx_http_rlm_session_list(ngx_http_rlm_zone_t *z, ngx_str_t *owner);
+ngx_uint_t ngx_http_rlm_session_count_owner(ngx_http_rlm_zone_t *z,
+    ngx_str_t *owner);
 ngx_int_t ngx_http_rlm_session_enter(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s, ngx_uint_t max_waiting,
     ngx_http_rlm_waiter_t **wp, ngx_uint_t *local);
@@ -565,12 +506,6 @@ ngx_int_t ngx_http_rlm_open_send_error(ngx_http_request_t *r,
 /* ngx_http_rlm_eval.c */
 ngx_int_t ngx_http_rlm_eval_handler(ngx_http_request_t *r,
     ngx_http_rlm_session_t *s, ngx_uint_t context);
-ngx_int_t ngx_http_rlm_eval_reply(ngx_http_rlm_eval_t *ev, json_t *reply);
-void ngx_http_rlm_eval_extend(ngx_http_rlm_eval_t *ev, ngx_msec_t timeout);
-ngx_int_t ngx_http_rlm_eval_start(ngx_http_rlm_eval_t *ev);
-void ngx_http_rlm_eval_cancel(ngx_http_rlm_eval_t *ev);
-ngx_int_t ngx_http_rlm_eval_default_call(ngx_http_rlm_eval_t *ev,
-    json_t *call);
 
 /* ngx_http_rlm_supervisor.c */
 ngx_int_t ngx_http_rlm_supervisor_init(ngx_cycle_t *cycle,

@@ -188,30 +188,17 @@ ngx_http_rlm_prompt_last(ngx_http_rlm_loop_t *loop)
 
 json_t *
 ngx_http_rlm_prompt_block_output(ngx_http_rlm_loop_t *loop, ngx_uint_t n,
-    json_t *result)
+    ngx_http_rlm_result_t *result)
 {
     u_char      *buf, *p, *out;
     size_t       len, olen;
-    json_t      *err, *msg;
-    const char  *status, *out_s, *err_s, *ename, *evalue;
-    double       ms;
+    json_t      *msg;
+    const char  *status;
 
-    status = json_string_value(json_object_get(result, "status"));
-    out_s = json_string_value(json_object_get(result, "stdout"));
-    err_s = json_string_value(json_object_get(result, "stderr"));
-    ms = json_number_value(json_object_get(result, "duration_ms"));
-    err = json_object_get(result, "error");
-    ename = json_string_value(json_object_get(err, "ename"));
-    evalue = json_string_value(json_object_get(err, "evalue"));
+    status = ngx_http_rlm_cell_status_name(result->status);
 
-    if (status == NULL) {
-        status = "error";
-    }
-
-    len = 128 + (out_s ? ngx_strlen(out_s) : 0)
-          + (err_s ? ngx_strlen(err_s) : 0)
-          + (ename ? ngx_strlen(ename) : 0)
-          + (evalue ? ngx_strlen(evalue) : 0);
+    len = 128 + result->out.len + result->err.len + result->ename.len
+          + result->evalue.len;
 
     buf = ngx_pnalloc(loop->pool, len);
     if (buf == NULL) {
@@ -220,23 +207,24 @@ ngx_http_rlm_prompt_block_output(ngx_http_rlm_loop_t *loop, ngx_uint_t n,
 
     p = buf;
 
-    if (out_s && *out_s) {
-        p = ngx_cpymem(p, out_s, ngx_strlen(out_s));
+    if (result->out.len) {
+        p = ngx_cpymem(p, result->out.data, result->out.len);
         if (p[-1] != '\n') {
             *p++ = '\n';
         }
     }
 
-    if (err_s && *err_s) {
+    if (result->err.len) {
         p = ngx_cpymem(p, "[stderr]\n", 9);
-        p = ngx_cpymem(p, err_s, ngx_strlen(err_s));
+        p = ngx_cpymem(p, result->err.data, result->err.len);
         if (p[-1] != '\n') {
             *p++ = '\n';
         }
     }
 
-    if (ename) {
-        p = ngx_sprintf(p, "[error] %s: %s\n", ename, evalue ? evalue : "");
+    if (result->has_error && result->ename.len) {
+        p = ngx_sprintf(p, "[error] %V: %V\n", &result->ename,
+                        &result->evalue);
     }
 
     if (p == buf) {
@@ -251,7 +239,7 @@ ngx_http_rlm_prompt_block_output(ngx_http_rlm_loop_t *loop, ngx_uint_t n,
     }
 
     p = ngx_sprintf(out, "Output of block %ui (%s, %.1f ms):\n", n, status,
-                    ms);
+                    result->duration_ms);
 
     p += ngx_http_rlm_truncate(buf, olen, loop->conf->block_output_max, p);
 

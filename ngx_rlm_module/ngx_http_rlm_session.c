@@ -655,6 +655,36 @@ ngx_http_rlm_session_list(ngx_http_rlm_zone_t *z, ngx_str_t *owner)
 }
 
 
+/* live sessions of one owner (created or being created), children too */
+
+ngx_uint_t
+ngx_http_rlm_session_count_owner(ngx_http_rlm_zone_t *z, ngx_str_t *owner)
+{
+    ngx_uint_t               n;
+    ngx_queue_t             *q;
+    ngx_http_rlm_session_t  *s;
+
+    n = 0;
+
+    ngx_shmtx_lock(&z->shpool->mutex);
+
+    for (q = ngx_queue_head(&z->sh->lru);
+         q != ngx_queue_sentinel(&z->sh->lru);
+         q = ngx_queue_next(q))
+    {
+        s = ngx_queue_data(q, ngx_http_rlm_session_t, lru);
+
+        if (!s->deleted && ngx_http_rlm_session_owner_ok(s, owner)) {
+            n++;
+        }
+    }
+
+    ngx_shmtx_unlock(&z->shpool->mutex);
+
+    return n;
+}
+
+
 /*
  * Cells of one session run one at a time, in arrival order.  NGX_OK: the
  * caller runs now; NGX_AGAIN: *wp is its place in the queue, poll it;

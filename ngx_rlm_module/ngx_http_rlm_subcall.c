@@ -36,15 +36,17 @@ typedef struct {
 struct ngx_http_rlm_subcall_s {
     ngx_queue_t                 link;
     ngx_http_rlm_loop_t        *loop;
-    ngx_http_rlm_eval_t        *ev;
-    json_t                     *id;
-    const char                 *fn;
+    ngx_http_rlm_cell_t        *cell;
+    json_int_t                  id;
+    ngx_http_rlm_call_fn_e      fn;
     ngx_str_t                   model;
     ngx_uint_t                  n;
     ngx_uint_t                  pending;
     ngx_http_rlm_subitem_t     *items;
     json_t                     *results;
     unsigned                    batched:1;
+    unsigned                    child:1;
+    unsigned                    counted:1;     /* in tree->pending_calls */
 };
 
 
@@ -56,80 +58,64 @@ static void ngx_http_rlm_subcall_item_done(ngx_http_rlm_subitem_t *it,
     ngx_uint_t ok, ngx_str_t *text, ngx_http_rlm_llm_call_t *call);
 static void ngx_http_rlm_subcall_answer(ngx_http_rlm_subcall_t *sc);
 static void ngx_http_rlm_subcall_cancel(ngx_http_rlm_subcall_t *sc);
-static ngx_int_t ngx_http_rlm_subcall_refuse(ngx_http_rlm_eval_t *ev,
-    json_t *id, const char *message);
+static ngx_int_t ngx_http_rlm_subcall_refuse(ngx_http_rlm_cell_t *cell,
+    ngx_http_rlm_call_t *call, const char *message);
+static const char *ngx_http_rlm_subcall_police(ngx_http_rlm_loop_t *loop,
+    ngx_http_rlm_call_t *call, ngx_uint_t child);
+static ngx_int_t ngx_http_rlm_subcall_model_allowed(ngx_http_rlm_loop_t *loop,
+    ngx_str_t *model);
+static void ngx_http_rlm_subcall_uncount(ngx_http_rlm_subcall_t *sc,
+    ngx_uint_t n);
 
 
 /*
- * A "call" frame from a running block.  Model calls go to the sub model
- * under the tree's cap; rlm_query starts child loops while depth allows,
- * and is a plain model call at the maximum depth.
+ * A "call" frame from a running block, decoded.  Model calls go to the
+ * sub model under the tree's cap; rlm_query starts child loops while
+ * depth allows, and is a plain model call at the maximum depth.  Every
+ * call is checked against the tree's caps and the allowed models before
+ * anything starts; a refused one is an error the code sees.
  */
 
 ngx_int_t
-ngx_http_rlm_subcall_handler(ngx_http_rlm_eval_t *ev, json_t *call)
+ngx_http_rlm_subcall_handler(ngx_http_rlm_cell_t *cell,
+    ngx_http_rlm_call_t *call)
 {
-    size_t                   i;
-    json_t                  *id, *args, *prompts, *p, *model;
-    ngx_uint_t               n, child;
-    const char              *fn;
+    ngx_int_t                rc;
+    ngx_uint_t               i, n, child;
     ngx_msec_t               left;
+    const char              *why;
     ngx_http_rlm_loop_t     *loop;
     ngx_http_rlm_subcall_t  *sc;
 
-    loop = ev->engine_data;
+    loop = cell->data;
 
-    id = json_object_get(call, "id");
-    fn = json_string_value(json_object_get(call, "fn"));
-    args = json_object_get(call, "args");
-
-    if (fn == NULL || !json_is_object(args)) {
-        return ngx_http_rlm_subcall_refuse(ev, id, "malformed call");
-    }
-
-    if (ngx_strcmp(fn, "tool") == 0) {
-        return ngx_http_rlm_subcall_refuse(ev, id, "no tools are "
+    if (call->fn == NGX_HTTP_RLM_CALL_TOOL) {
+        return ngx_http_rlm_subcall_refuse(cell, call, "no tools are "
                                            "configured for this location");
     }
 
-    child = 0;
+    n = call->nprompts;
+    child = ((call->fn == NGX_HTTP_RLM_CALL_RLM
+              || call->fn == NGX_HTTP_RLM_CALL_RLM_BATCHED)
+             && loop->depth < loop->max_depth);
 
-    /* fn points into the frame, which goes away: keep our own name */
-
-    if (ngx_strcmp(fn, "llm_query") == 0
-        || ngx_strcmp(fn, "rlm_query") == 0)
-    {
-        fn = (fn[0] == 'l') ? "llm_query" : "rlm_query";
-        n = 1;
-        prompts = NULL;
-
-    } else if (ngx_strcmp(fn, "llm_query_batched") == 0
-               || ngx_strcmp(fn, "rlm_query_batched") == 0)
-    {
-        fn = (fn[0] == 'l') ? "llm_query_batched" : "rlm_query_batched";
-
-        prompts = json_object_get(args, "prompts");
-        if (!json_is_array(prompts)) {
-            return ngx_http_rlm_subcall_refuse(ev, id,
-                                               "prompts must be a list");
-        }
-
-        n = json_array_size(prompts);
-
-    } else {
-        return ngx_http_rlm_subcall_refuse(ev, id, "unknown function");
+    why = ngx_http_rlm_subcall_police(loop, call, child);
+    if (why) {
+        return ngx_http_rlm_subcall_refuse(cell, call, why);
     }
 
-    if (ngx_strncmp(fn, "rlm_", 4) == 0 && loop->depth < loop->max_depth) {
-        child = 1;
-
+    if (child) {
         /* the block's own changes to `state` so far, for the children */
-        ngx_http_rlm_loop_merge_state(loop->tree,
-                                      json_object_get(args, "state"));
+        if (ngx_http_rlm_state_merge(loop, call->state) != NGX_OK) {
+            return ngx_http_rlm_subcall_refuse(cell, call,
+                       "the shared `state` would be larger than the "
+                       "server takes (rlm_state_max)");
+        }
     }
 
     sc = ngx_pcalloc(loop->pool, sizeof(ngx_http_rlm_subcall_t));
     if (sc == NULL) {
+        ngx_http_rlm_call_free(call);
         return NGX_ERROR;
     }
 
@@ -138,22 +124,27 @@ ngx_http_rlm_subcall_handler(ngx_http_rlm_eval_t *ev, json_t *call)
     sc->results = json_array();
     if (sc->items == NULL || sc->results == NULL) {
         json_decref(sc->results);
+        ngx_http_rlm_call_free(call);
         return NGX_ERROR;
     }
 
     sc->loop = loop;
-    sc->ev = ev;
-    sc->id = id ? json_incref(id) : json_null();
-    sc->fn = fn;
+    sc->cell = cell;
+    sc->id = call->id;
+    sc->fn = call->fn;
     sc->n = n;
-    sc->batched = (prompts != NULL);
+    sc->batched = call->batched;
+    sc->child = child;
 
-    model = json_object_get(args, "model");
-
-    if (json_is_string(model) && json_string_length(model)) {
-        (void) ngx_http_rlm_loop_str(loop, &sc->model,
-                                     json_string_value(model),
-                                     json_string_length(model));
+    if (call->model.len) {
+        rc = ngx_http_rlm_loop_str(loop, &sc->model,
+                                   (char *) call->model.data,
+                                   call->model.len);
+        if (rc != NGX_OK) {
+            json_decref(sc->results);
+            ngx_http_rlm_call_free(call);
+            return NGX_ERROR;
+        }
 
     } else {
         sc->model = loop->sub_model;
@@ -168,38 +159,43 @@ ngx_http_rlm_subcall_handler(ngx_http_rlm_eval_t *ev, json_t *call)
     /* the sandbox waits on the host: hold the cell's deadline off */
 
     left = ngx_http_rlm_loop_remaining(loop);
-    ngx_http_rlm_eval_extend(ev, (left ? left : 1)
-                                 + NGX_HTTP_RLM_SUBCALL_MARGIN);
+    ngx_http_rlm_cell_extend(cell, (left ? left : 1)
+                                   + NGX_HTTP_RLM_SUBCALL_MARGIN);
 
     if (n == 0) {
+        ngx_http_rlm_call_free(call);
         ngx_http_rlm_subcall_answer(sc);
         return NGX_OK;
     }
 
     sc->pending = n;
 
-    for (i = 0; i < n; i++) {
-        p = prompts ? json_array_get(prompts, i)
-                    : json_object_get(args, "prompt");
+    if (child) {
+        loop->tree->children += n;
 
+    } else {
+        loop->tree->pending_calls += n;
+        sc->counted = 1;
+    }
+
+    /* the prompts are copied out: the call frame can go */
+
+    for (i = 0; i < n; i++) {
         sc->items[i].subcall = sc;
         sc->items[i].index = i;
 
-        if (json_is_string(p)) {
+        if (ngx_http_rlm_call_prompt(call, i, loop->pool, &sc->items[i].prompt)
+            == NGX_OK)
+        {
             (void) ngx_http_rlm_loop_str(loop, &sc->items[i].prompt,
-                                         json_string_value(p),
-                                         json_string_length(p));
-
-        } else {
-            char  *dump = json_dumps(p, JSON_COMPACT|JSON_ENCODE_ANY);
-
-            if (dump) {
-                (void) ngx_http_rlm_loop_str(loop, &sc->items[i].prompt,
-                                             dump, ngx_strlen(dump));
-                free(dump);
-            }
+                                         (char *) sc->items[i].prompt.data,
+                                         sc->items[i].prompt.len);
         }
+    }
 
+    ngx_http_rlm_call_free(call);
+
+    for (i = 0; i < n; i++) {
         if (ngx_http_rlm_subcall_start_item(sc, &sc->items[i], child)
             != NGX_OK)
         {
@@ -215,6 +211,130 @@ ngx_http_rlm_subcall_handler(ngx_http_rlm_eval_t *ev, json_t *call)
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * What a call may not do, whatever the code says: more prompts than a
+ * batch takes, more model calls waiting than the tree may have, more
+ * children than the tree may start or hold at once, a model this route
+ * and tenant may not use.  NULL: the call may go.
+ */
+
+static const char *
+ngx_http_rlm_subcall_police(ngx_http_rlm_loop_t *loop,
+    ngx_http_rlm_call_t *call, ngx_uint_t child)
+{
+    ngx_uint_t                 n, share;
+    ngx_http_rlm_tree_t       *tree;
+    ngx_http_rlm_loop_conf_t  *conf;
+    ngx_http_rlm_main_conf_t  *rmcf;
+
+    tree = loop->tree;
+    conf = loop->conf;
+    n = call->nprompts;
+
+    if (n > conf->batch_max) {
+        return "too many prompts in one batched call (rlm_batch_max); "
+               "split the list";
+    }
+
+    if (call->model.len
+        && ngx_http_rlm_subcall_model_allowed(loop, &call->model) != NGX_OK)
+    {
+        return "that model is not available to this request; leave model "
+               "unset for the default sub model";
+    }
+
+    if (!child) {
+        if (tree->pending_calls + n > conf->max_pending_calls) {
+            return "too many model calls are waiting in this completion "
+                   "(rlm_max_pending_calls); wait for some to answer";
+        }
+
+        return NULL;
+    }
+
+    if (tree->children + n > conf->max_children) {
+        return "this completion may start no more child RLMs "
+               "(rlm_max_children)";
+    }
+
+    /* a completion may hold only its share of the server's sessions */
+
+    rmcf = ngx_http_get_module_main_conf(loop->request, ngx_http_rlm_module);
+
+    share = rmcf->max_sessions * conf->sessions_share / 100;
+    if (share == 0) {
+        share = 1;
+    }
+
+    if (tree->loops + n > share) {
+        return "this completion holds its share of the server's sessions "
+               "(rlm_completion_sessions_share); run fewer child RLMs at "
+               "once";
+    }
+
+    if (tree->owner_max
+        && ngx_http_rlm_session_count_owner(ngx_http_rlm_zone(),
+                                            &tree->owner) + n
+           > tree->owner_max)
+    {
+        return "the tenant's session quota (max_sessions) leaves no room "
+               "for these child RLMs";
+    }
+
+    return NULL;
+}
+
+
+/*
+ * A model named by code: one of the route's allowed models (the
+ * rlm_completion_code_models list), or with no list, the root or sub
+ * model of the completion.
+ */
+
+static ngx_int_t
+ngx_http_rlm_subcall_model_allowed(ngx_http_rlm_loop_t *loop,
+    ngx_str_t *model)
+{
+    u_char     *p, *last, *start;
+    ngx_str_t  *list;
+
+    list = &loop->tree->code_models;
+
+    if (list->data == NULL) {
+        return ((model->len == loop->sub_model.len
+                 && ngx_strncmp(model->data, loop->sub_model.data,
+                                model->len) == 0)
+                || (model->len == loop->root_model.len
+                    && ngx_strncmp(model->data, loop->root_model.data,
+                                   model->len) == 0))
+               ? NGX_OK : NGX_DECLINED;
+    }
+
+    p = list->data;
+    last = p + list->len;
+
+    while (p < last) {
+        while (p < last && (*p == ' ' || *p == ',')) {
+            p++;
+        }
+
+        start = p;
+
+        while (p < last && *p != ' ' && *p != ',') {
+            p++;
+        }
+
+        if ((size_t) (p - start) == model->len
+            && ngx_strncmp(start, model->data, model->len) == 0)
+        {
+            return NGX_OK;
+        }
+    }
+
+    return NGX_DECLINED;
 }
 
 
@@ -371,9 +491,11 @@ ngx_http_rlm_subcall_item_done(ngx_http_rlm_subitem_t *it, ngx_uint_t ok,
     json_array_set_new(sc->results, it->index,
                        item ? item : json_null());
 
-    if (loop->block_calls && sc->ev == loop->cell) {
+    ngx_http_rlm_subcall_uncount(sc, 1);
+
+    if (loop->block_calls && sc->cell == loop->cell) {
         rec = json_pack("{s:s, s:s%, s:s%, s:s%, s:I, s:I, s:f}",
-                        "fn", sc->fn,
+                        "fn", ngx_http_rlm_call_fn_name(sc->fn),
                         "model", sc->model.len ? (char *) sc->model.data
                                                : "",
                         sc->model.len,
@@ -404,34 +526,36 @@ static void
 ngx_http_rlm_subcall_answer(ngx_http_rlm_subcall_t *sc)
 {
     json_t               *reply, *first, *keys, *v;
+    const char           *err;
     const char           *k;
     ngx_http_rlm_loop_t  *loop;
 
     loop = sc->loop;
 
     if (sc->batched) {
-        reply = json_pack("{s:s, s:O, s:b, s:O}", "op", "reply",
-                          "id", sc->id, "ok", 1, "result", sc->results);
+        reply = ngx_http_rlm_proto_reply(sc->id, sc->results);
 
     } else {
         first = json_array_get(sc->results, 0);
 
         if (json_is_true(json_object_get(first, "ok"))) {
-            reply = json_pack("{s:s, s:O, s:b, s:O}", "op", "reply",
-                              "id", sc->id, "ok", 1,
-                              "result", json_object_get(first, "result"));
+            reply = ngx_http_rlm_proto_reply(sc->id,
+                                             json_object_get(first,
+                                                             "result"));
 
         } else {
             /* every failed item carries its error message */
-            reply = json_pack("{s:s, s:O, s:b, s:O?}", "op", "reply",
-                              "id", sc->id, "ok", 0,
-                              "error", json_object_get(first, "error"));
+            err = json_string_value(json_object_get(first, "error"));
+            reply = ngx_http_rlm_proto_refusal(sc->id,
+                                               err ? err : "the call failed");
         }
     }
 
     /* children may have changed the shared dict */
 
-    if (reply && ngx_strncmp(sc->fn, "rlm_", 4) == 0) {
+    if (reply && (sc->fn == NGX_HTTP_RLM_CALL_RLM
+                  || sc->fn == NGX_HTTP_RLM_CALL_RLM_BATCHED))
+    {
         if (json_object_size(loop->tree->state)) {
             json_object_set(reply, "state", loop->tree->state);
         }
@@ -450,14 +574,12 @@ ngx_http_rlm_subcall_answer(ngx_http_rlm_subcall_t *sc)
     ngx_queue_remove(&sc->link);
 
     if (reply) {
-        (void) ngx_http_rlm_eval_reply(sc->ev, reply);
+        (void) ngx_http_rlm_cell_reply(sc->cell, reply);
         json_decref(reply);
     }
 
     json_decref(sc->results);
-    json_decref(sc->id);
     sc->results = NULL;
-    sc->id = NULL;
 }
 
 
@@ -468,6 +590,8 @@ ngx_http_rlm_subcall_cancel(ngx_http_rlm_subcall_t *sc)
     ngx_http_rlm_subitem_t  *it;
 
     ngx_queue_remove(&sc->link);
+
+    ngx_http_rlm_subcall_uncount(sc, sc->pending);
 
     for (i = 0; i < sc->n; i++) {
         it = &sc->items[i];
@@ -487,38 +611,52 @@ ngx_http_rlm_subcall_cancel(ngx_http_rlm_subcall_t *sc)
     }
 
     json_decref(sc->results);
-    json_decref(sc->id);
     sc->results = NULL;
-    sc->id = NULL;
+}
+
+
+/* model calls of sc that are no longer waiting or running */
+
+static void
+ngx_http_rlm_subcall_uncount(ngx_http_rlm_subcall_t *sc, ngx_uint_t n)
+{
+    ngx_http_rlm_tree_t  *tree;
+
+    if (!sc->counted) {
+        return;
+    }
+
+    tree = sc->loop->tree;
+    tree->pending_calls -= ngx_min(n, tree->pending_calls);
 }
 
 
 static ngx_int_t
-ngx_http_rlm_subcall_refuse(ngx_http_rlm_eval_t *ev, json_t *id,
-    const char *message)
+ngx_http_rlm_subcall_refuse(ngx_http_rlm_cell_t *cell,
+    ngx_http_rlm_call_t *call, const char *message)
 {
     json_t     *reply;
     ngx_int_t   rc;
 
-    reply = json_pack("{s:s, s:O, s:b, s:s}", "op", "reply",
-                      "id", id ? id : json_null(), "ok", 0,
-                      "error", message);
+    reply = ngx_http_rlm_proto_refusal(call->id, message);
+    ngx_http_rlm_call_free(call);
+
     if (reply == NULL) {
         return NGX_ERROR;
     }
 
-    rc = ngx_http_rlm_eval_reply(ev, reply);
+    rc = ngx_http_rlm_cell_reply(cell, reply);
     json_decref(reply);
 
     return (rc == NGX_ERROR) ? NGX_ERROR : NGX_OK;
 }
 
 
-/* the sub-calls of one block (ev), or all of the loop's (NULL) */
+/* the sub-calls of one block (cell), or all of the loop's (NULL) */
 
 void
 ngx_http_rlm_subcalls_cancel(ngx_http_rlm_loop_t *loop,
-    ngx_http_rlm_eval_t *ev)
+    ngx_http_rlm_cell_t *cell)
 {
     ngx_queue_t             *q;
     ngx_http_rlm_subcall_t  *sc;
@@ -529,7 +667,7 @@ ngx_http_rlm_subcalls_cancel(ngx_http_rlm_loop_t *loop,
         sc = ngx_queue_data(q, ngx_http_rlm_subcall_t, link);
         q = ngx_queue_next(q);
 
-        if (ev == NULL || sc->ev == ev) {
+        if (cell == NULL || sc->cell == cell) {
             ngx_http_rlm_subcall_cancel(sc);
         }
     }
