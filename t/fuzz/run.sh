@@ -14,7 +14,7 @@ SECONDS_PER_TARGET=${1:-60}
 
 make -s -f t/unit/unit.mk fuzz
 
-for target in parse sse jsonstr; do
+for target in parse sse jsonstr proto; do
     corpus=build/fuzz/corpus-$target
     mkdir -p "$corpus"
     cp t/fuzz/seeds/$target/* "$corpus"/ 2>/dev/null || true

@@ -32,7 +32,21 @@ $(UNIT_BUILD)/parse_test: t/unit/parse_test.c $(PARSERS) $(PARSER_HS)
 	@mkdir -p $(UNIT_BUILD)
 	$(UNIT_CC) $(UNIT_FLAGS) -o $@ t/unit/parse_test.c $(PARSERS)
 
-fuzz: $(FUZZ_BUILD)/fuzz_parse $(FUZZ_BUILD)/fuzz_sse $(FUZZ_BUILD)/fuzz_jsonstr
+fuzz: $(FUZZ_BUILD)/fuzz_parse $(FUZZ_BUILD)/fuzz_sse $(FUZZ_BUILD)/fuzz_jsonstr \
+      $(FUZZ_BUILD)/fuzz_proto
+
+# The protocol layer includes the module's header from its own folder:
+# it is copied next to a plain-C stand-in for that header and built there.
+PROTO_SRC  := ngx_rlm_module/ngx_http_rlm_proto.c \
+              ngx_rlm_module/ngx_http_rlm_proto.h \
+              t/fuzz/proto_shim/ngx_http_rlm_module.h
+
+$(FUZZ_BUILD)/fuzz_proto: t/fuzz/fuzz_proto.c $(PROTO_SRC)
+	@mkdir -p $(FUZZ_BUILD)/proto
+	cp $(PROTO_SRC) $(FUZZ_BUILD)/proto/
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined \
+	    -I$(FUZZ_BUILD)/proto -o $@ $< $(FUZZ_BUILD)/proto/ngx_http_rlm_proto.c \
+	    -ljansson
 
 $(FUZZ_BUILD)/fuzz_%: t/fuzz/fuzz_%.c $(PARSERS) $(PARSER_HS)
 	@mkdir -p $(FUZZ_BUILD)
