@@ -374,7 +374,8 @@ ngx_http_rlm_cell_watch(ngx_event_t *e)
 
     cell->watched = 1;
 
-    ngx_http_rlm_control_watch(e->log, cell->sandbox,
+    /* the cycle's log: the control request may outlive this request */
+    ngx_http_rlm_control_watch(ngx_cycle->log, cell->sandbox,
                                (ngx_msec_t) rmcf->cell_cpu_time * 1000
                                + NGX_HTTP_RLM_CPU_GRACE);
 }
@@ -578,7 +579,7 @@ ngx_http_rlm_cell_peer_done(ngx_http_rlm_peer_t *p,
             cell->has_result = 1;
         }
 
-        ngx_http_rlm_control_interrupt(p->log, cell->sandbox);
+        ngx_http_rlm_control_interrupt(ngx_cycle->log, cell->sandbox);
 
         rc = ngx_http_rlm_cell_complete(cell);
         break;
@@ -609,7 +610,7 @@ ngx_http_rlm_cell_overtime(ngx_http_rlm_cell_t *cell)
                   cell->sandbox, cell->timeout);
 
     cell->killed = 1;
-    ngx_http_rlm_control_kill(log, cell->sandbox, "wall_limit");
+    ngx_http_rlm_control_kill(ngx_cycle->log, cell->sandbox, "wall_limit");
 
     if (ngx_http_rlm_session_lost(cell->zone, cell->session, "wall_limit")) {
         ngx_http_rlm_metrics_death("wall_limit");
