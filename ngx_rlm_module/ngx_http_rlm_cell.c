@@ -68,6 +68,7 @@ static void ngx_http_rlm_cell_finalize(ngx_http_rlm_cell_t *cell,
     ngx_int_t rc);
 static void ngx_http_rlm_cell_cleanup(void *data);
 static void ngx_http_rlm_cell_unwatch(ngx_http_rlm_cell_t *cell);
+static void ngx_http_rlm_cell_abandon(ngx_http_rlm_cell_t *cell);
 static ngx_uint_t ngx_http_rlm_cell_elapsed_us(ngx_http_rlm_cell_t *cell);
 static ngx_int_t ngx_http_rlm_cell_error(ngx_http_rlm_cell_t *cell,
     ngx_uint_t status, const char *type, const char *code,
@@ -334,6 +335,12 @@ ngx_http_rlm_cell_run(ngx_http_rlm_cell_t *cell)
 
     cell->peer = p;
     cell->sent = 1;
+
+    if (cell->session->watched) {
+        /* an abandoned cell before this one left a watch: ours now */
+        cell->session->watched = 0;
+        ngx_http_rlm_control_unwatch(ngx_cycle->log, cell->sandbox);
+    }
 
     if (!cell->context) {
         cell->watch_event.handler = ngx_http_rlm_cell_watch;
@@ -923,15 +930,8 @@ ngx_http_rlm_cell_cleanup(void *data)
         ngx_http_rlm_peer_close(cell->peer);
         cell->peer = NULL;
 
-        /*
-         * An engine's cell still running is abandoned (client gone,
-         * deadline passed): stop the code, not just its channel.  The
-         * channel is closed first: the sandbox checks that the cell it
-         * interrupts is the one whose connection went away.
-         */
-
-        if (!cell->api && cell->sent && !cell->context) {
-            ngx_http_rlm_control_interrupt(ngx_cycle->log, cell->sandbox);
+        if (cell->sent && !cell->context) {
+            ngx_http_rlm_cell_abandon(cell);
         }
     }
 
@@ -961,6 +961,41 @@ ngx_http_rlm_cell_cleanup(void *data)
     if (cell->encoded_free) {
         cell->encoded_free(cell->encoded_data);
         cell->encoded_free = NULL;
+    }
+}
+
+
+/*
+ * The cell still runs but nobody waits for it (client gone, completion
+ * stopped).  An engine's code is interrupted: stop it, not just its
+ * channel (closed first: the sandbox checks that the cell it interrupts
+ * is the one whose connection went away).  An API cell runs on to its
+ * end, as the API promises.  Either way its CPU time stays bounded from
+ * outside: the manager watches it for a whole cell's CPU limit, until
+ * the session's next cell takes the watch off.
+ */
+
+static void
+ngx_http_rlm_cell_abandon(ngx_http_rlm_cell_t *cell)
+{
+    ngx_http_rlm_main_conf_t  *rmcf;
+
+    if (!cell->api) {
+        ngx_http_rlm_control_interrupt(ngx_cycle->log, cell->sandbox);
+    }
+
+    rmcf = ngx_http_get_module_main_conf(cell->request, ngx_http_rlm_module);
+
+    ngx_http_rlm_control_watch(ngx_cycle->log, cell->sandbox,
+                               (ngx_msec_t) rmcf->cell_cpu_time * 1000
+                               + NGX_HTTP_RLM_CPU_GRACE);
+
+    /* only the turn's holder writes it; the next one reads it after */
+    cell->session->watched = 1;
+    cell->watched = 0;
+
+    if (cell->watch_event.timer_set) {
+        ngx_del_timer(&cell->watch_event);
     }
 }
 

@@ -152,6 +152,7 @@ typedef struct {
     uint64_t                    completion_tokens;
 
     ngx_uint_t                  generation;
+    ngx_uint_t                  watched;   /* left by an abandoned cell */
     ngx_pid_t                   sandbox_pid;
     uint32_t                    limits_key;  /* spares: the limits asked */
 
