@@ -289,6 +289,8 @@ t2 list: 0
 
 
 === TEST 8: the sample endpoint of conf/lua-example.conf
+--- http_config
+    include $TEST_NGINX_RLM_ROOT/conf/policy.conf;
 --- config
     include $TEST_NGINX_RLM_ROOT/conf/lua-example.conf;
     location = /t {
