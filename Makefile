@@ -73,7 +73,9 @@ sandbox: | deps
 	$(MAKE) -s -C sandbox BUILD=$(B) SAN=$(SAN)
 
 # A private prefix holds the conf/ files, with the port substituted, and
-# the load_module lines for this build.  t/conf_files.t uses it too.
+# the load_module lines for this build; t/conf_files.t, t/conf_auth.t and
+# t/conf_run.t use it too.  Everything in it is made anew at each run but
+# trajectories/, where the completions' trajectories accumulate.
 RUN_DIR ?= $(B)/run
 
 # the demo model's own port, next to the API's (make run without a
@@ -87,7 +89,9 @@ DEMO_PORT = $(shell echo $$(($(PORT) + 1)))
 # level would be hidden by the location's `rlm_completion_sub_model
 # $rlm_sub_model;` (empty without a route).
 run-prefix:
-	@rm -rf $(RUN_DIR) && mkdir -p $(RUN_DIR)/conf $(RUN_DIR)/logs
+	@mkdir -p $(RUN_DIR) && find $(RUN_DIR) -mindepth 1 -maxdepth 1 \
+	    ! -name trajectories -exec rm -rf {} + \
+	 && mkdir -p $(RUN_DIR)/conf $(RUN_DIR)/logs
 	@for f in conf/*.conf; do \
 	    sed -e 's/8080/$(PORT)/g' -e 's/8081/$(DEMO_PORT)/g' \
 	        -e 's|@TOP@|$(TOP)|g' \
