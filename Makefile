@@ -119,7 +119,10 @@ run-prefix:
 	    > $(RUN_DIR)/conf/routes.json; \
 	fi
 	@{ echo 'init_by_lua_block { require("rlm.policy").configure{'; \
-	  echo '    body_max = 300 * 1024 * 1024,'; \
+	  echo '    -- rlm_context_max_size and the 1 MiB the completions'; \
+	  echo '    -- handler allows on top: a bigger Content-Length is'; \
+	  echo '    -- refused before the body is read'; \
+	  echo '    body_max = (256 + 1) * 1024 * 1024,'; \
 	  if [ -z "$$RLM_UPSTREAM_URL" ]; then \
 	    echo '    routes_file = "$(TOP)/conf/routes.json",'; \
 	  else \

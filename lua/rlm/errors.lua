@@ -42,8 +42,15 @@ end
 
 
 -- Sends the refusal and ends the request (any phase that may send a
--- response: rewrite, access, content).
+-- response: rewrite, access, content).  An error with `finalize` set is
+-- left to nginx: the request ends with its status as a special response
+-- (for a 413 before the body is read: no "100 Continue", the connection
+-- closed), and the module or an error_page writes the envelope.
 function _M.send(err)
+    if err.finalize then
+        return ngx.exit(err.status)
+    end
+
     ngx.status = err.status or 400
     ngx.header["Content-Type"] = "application/json"
 
