@@ -73,15 +73,25 @@ sandbox: | deps
 	$(MAKE) -s -C sandbox BUILD=$(B) SAN=$(SAN)
 
 # A private prefix holds the conf/ files, with the port substituted, and
-# the load_module lines for this build.  t/conf_files.t uses it too.
+# the load_module lines for this build; t/conf_files.t, t/conf_auth.t and
+# t/conf_run.t use it too.  Everything in it is made anew at each run but
+# trajectories/, where the completions' trajectories accumulate.
 RUN_DIR ?= $(B)/run
 
 # the demo model's own port, next to the API's (make run without a
 # provider: RLM_UPSTREAM_URL unset)
 DEMO_PORT = $(shell echo $$(($(PORT) + 1)))
 
+# With a provider (RLM_UPSTREAM_URL), conf/routes.json of the run prefix
+# routes RLM_MODEL (listed by GET /v1/models) and any other model name to
+# it, with RLM_SUB_MODEL as the model of sub-calls: the policy hands that
+# to the completions location, where a rlm_completion_sub_model at http
+# level would be hidden by the location's `rlm_completion_sub_model
+# $rlm_sub_model;` (empty without a route).
 run-prefix:
-	@rm -rf $(RUN_DIR) && mkdir -p $(RUN_DIR)/conf $(RUN_DIR)/logs
+	@mkdir -p $(RUN_DIR) && find $(RUN_DIR) -mindepth 1 -maxdepth 1 \
+	    ! -name trajectories -exec rm -rf {} + \
+	 && mkdir -p $(RUN_DIR)/conf $(RUN_DIR)/logs
 	@for f in conf/*.conf; do \
 	    sed -e 's/8080/$(PORT)/g' -e 's/8081/$(DEMO_PORT)/g' \
 	        -e 's|@TOP@|$(TOP)|g' \
@@ -94,14 +104,29 @@ run-prefix:
 	    echo "rlm_provider upstream \"url=$$RLM_UPSTREAM_URL\"$${RLM_API_KEY:+ key_env=RLM_API_KEY}$${RLM_MODEL:+ \"model=$$RLM_MODEL\"};"; \
 	  else \
 	    echo "rlm_provider demo url=http://127.0.0.1:$(DEMO_PORT)/v1 model=rlm-demo;"; \
-	  fi; \
-	  if [ -n "$$RLM_SUB_MODEL" ]; then \
-	    echo "rlm_completion_sub_model \"$$RLM_SUB_MODEL\";"; \
 	  fi; } > $(RUN_DIR)/conf/provider.conf
+	@if [ -n "$$RLM_UPSTREAM_URL" ]; then \
+	  q() { printf '"%s"' "$$(printf '%s' "$$1" | sed 's/[\\"]/\\&/g')"; }; \
+	  up='"provider": "upstream"'; now=$$(date +%s); sub=; models=; \
+	  [ -z "$$RLM_SUB_MODEL" ] || sub=", \"sub_model\": $$(q "$$RLM_SUB_MODEL")"; \
+	  [ -z "$$RLM_MODEL" ] || \
+	    models="$$(q "$$RLM_MODEL"): { $$up$$sub, \"created\": $$now }"; \
+	  if [ -n "$$RLM_SUB_MODEL" ] && [ "$$RLM_SUB_MODEL" != "$$RLM_MODEL" ]; then \
+	    models="$${models:+$$models, }$$(q "$$RLM_SUB_MODEL"): { $$up, \"created\": $$now }"; \
+	  fi; \
+	  printf '{ "models": { %s }, "default": { %s } }\n' \
+	      "$$models" "$$up$$sub" \
+	    > $(RUN_DIR)/conf/routes.json; \
+	fi
 	@{ echo 'init_by_lua_block { require("rlm.policy").configure{'; \
-	  echo '    body_max = 300 * 1024 * 1024,'; \
+	  echo '    -- rlm_context_max_size and the 1 MiB the completions'; \
+	  echo '    -- handler allows on top: a bigger Content-Length is'; \
+	  echo '    -- refused before the body is read'; \
+	  echo '    body_max = (256 + 1) * 1024 * 1024,'; \
 	  if [ -z "$$RLM_UPSTREAM_URL" ]; then \
 	    echo '    routes_file = "$(TOP)/conf/routes.json",'; \
+	  else \
+	    echo '    routes_file = "$(abspath $(RUN_DIR))/conf/routes.json",'; \
 	  fi; \
 	  if [ -n "$$RLM_KEYS_FILE" ]; then \
 	    echo "    keys_file = \"$$(realpath "$$RLM_KEYS_FILE")\","; \

@@ -11,6 +11,11 @@
  * itself then answers 413 (and closes the connection after a lingering
  * read), with its HTML error page; the output filters here replace that
  * page, for these requests only, with the API's error envelope.
+ *
+ * The Lua policy reads a completion's body in the access phase, before
+ * the handler; it calls ngx_http_rlm_body_limit() first (through FFI),
+ * which sets the same cap and refuses a Content-Length over it there
+ * and then.
  */
 
 
@@ -58,6 +63,48 @@ ngx_http_rlm_body_cap(ngx_http_request_t *r, off_t cap)
     }
 
     ctx->body_cap = cap;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The cap of a body someone else reads (the Lua policy, through FFI).
+ * A Content-Length over it is refused at once: the caller finalizes the
+ * request with NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, so nginx answers
+ * without a "100 Continue", drains what the client sends anyway without
+ * keeping it and closes the connection; the header filter below writes
+ * the envelope.  A chunked body is stopped at the cap while it is read.
+ */
+
+ngx_int_t
+ngx_http_rlm_body_limit(ngx_http_request_t *r, off_t cap)
+{
+    ngx_http_rlm_ctx_t  *ctx;
+
+    if (cap <= 0) {
+        return NGX_ERROR;
+    }
+
+    ctx = ngx_http_rlm_get_ctx(r);
+    if (ctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->body_cap = cap;
+
+    if (r->headers_in.content_length_n > cap) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "rlm: client intended to send a body of %O bytes, "
+                      "more than %O", r->headers_in.content_length_n, cap);
+
+        ctx->body_refused = 1;
+
+        /* the body is not wanted: do not ask for it */
+        r->expect_tested = 1;
+
+        return NGX_HTTP_REQUEST_ENTITY_TOO_LARGE;
+    }
 
     return NGX_OK;
 }

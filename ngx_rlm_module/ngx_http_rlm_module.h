@@ -497,6 +497,7 @@ ngx_http_rlm_session_t *ngx_http_rlm_api_session(ngx_http_request_t *r,
 /* ngx_http_rlm_body_cap.c */
 ngx_int_t ngx_http_rlm_body_cap_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_rlm_body_cap(ngx_http_request_t *r, off_t cap);
+ngx_int_t ngx_http_rlm_body_limit(ngx_http_request_t *r, off_t cap);
 
 /* ngx_http_rlm_open.c */
 ngx_int_t ngx_http_rlm_session_open(ngx_http_rlm_open_t *op,

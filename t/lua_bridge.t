@@ -289,6 +289,8 @@ t2 list: 0
 
 
 === TEST 8: the sample endpoint of conf/lua-example.conf
+--- http_config
+    include $TEST_NGINX_RLM_ROOT/conf/policy.conf;
 --- config
     include $TEST_NGINX_RLM_ROOT/conf/lua-example.conf;
     location = /t {
@@ -304,9 +306,10 @@ t2 list: 0
                        "print(context.upper())", { ["Content-Type"] = "text/plain" })
             ngx.say(r.status, " output=", t.q(r.json.output))
             r = t.http("POST", "/lua/run", "", { ["Content-Type"] = "text/plain" })
-            ngx.say(r.status, " ", r.json.status)
+            ngx.say(r.status, " ", r.json.error.code)
             r = t.http("GET", "/lua/run")
-            ngx.say("GET: ", r.status, " ", tostring(r.headers["allow"]))
+            ngx.say("GET: ", r.status, " ", tostring(r.headers["allow"]), " ",
+                    r.json.error.code)
             r = t.http("GET", "/v1/sessions")
             ngx.say("sessions left behind: ", #r.json.data)
         }
@@ -317,6 +320,6 @@ GET /t
 200 ok=true output="42\n" error is null: true
 200 ok=false status=error output="partial\n" error=ZeroDivisionError: division by zero
 200 output="HELLO WORLD\n"
-400 bad_request
-GET: 405 POST
+400 empty_body
+GET: 405 POST method_not_allowed
 sessions left behind: 0

@@ -672,7 +672,7 @@ GET /t
 unchanged: 200 tenant= route=m provider= root= sub= in file same: true
 rewritten: 200 tenant= route=m provider= root= sub= in file as expected: true content-length ok: true
 checked: 400 invalid_value invalid_request_error param=messages[1].role
-too big: 413 body_too_large invalid_request_error param=userdata: NULL The request body is 300055 bytes; this server checks and accepts at most 200000 bytes per completion request.
+too big: 413 body_too_large invalid_request_error param=userdata: NULL the request body is larger than 200000 bytes
 temporary files left: 0
 --- error_log
 a client request body is buffered to a temporary file

@@ -17,6 +17,8 @@
 --   /v1/sessions...: auth, rate, and on POST /v1/sessions the tenant's
 --     session limit;
 --   /v1/models (and anything else): auth and rate.
+-- access("create") guards a location of your own where a POST makes a
+-- session (conf/lua-example.conf): auth, rate and the session limit.
 -- models() answers GET /v1/models (content phase).  log() gives back the
 -- slots a request held; conf/policy.conf runs it for every request.
 --
@@ -194,9 +196,9 @@ end
 
 
 -- access([kind]): the access-phase entry point.  kind, if given, is
--- "completions", "sessions" or "plain" and overrides the URI check (for
--- locations mounted elsewhere; with "sessions", a POST to a URI ending
--- in /sessions is a creation).
+-- "completions", "sessions", "create" or "plain" and overrides the URI
+-- check (for locations mounted elsewhere; with "sessions", a POST to a
+-- URI ending in /sessions is a creation; with "create", every POST is).
 function _M.access(kind)
     local c = request_conf()
 
@@ -225,6 +227,7 @@ function _M.access(kind)
     end
 
     if (kind == "sessions" and is_session_create(uri, method, true))
+       or (kind == "create" and method == "POST")
        or (kind == nil and is_session_create(uri, method))
     then
         ok, err = c.limits.sessions(c, tenant)

@@ -10,7 +10,11 @@
 -- Bodies it wrote to a temporary file (larger than client_body_buffer_size)
 -- are read from that file if they are at most conf.body_max bytes
 -- (default 16 MiB); a larger one is refused with 413 `body_too_large`,
--- never passed on unchecked.  A rewritten body goes back where it came
+-- never passed on unchecked.  A Content-Length over conf.body_max is
+-- refused the same way before a byte of the body is read, so a client
+-- that declares 400 MB gets its answer at once and nothing is spooled.
+-- With the module loaded, its ngx_http_rlm_body_limit() (FFI) does that
+-- check and also stops a chunked body at body_max while it is read.  A rewritten body goes back where it came
 -- from: memory (ngx.req.set_body_data) or a new temporary file next to
 -- nginx's (ngx.req.set_body_file, removed with the request).
 --
@@ -23,6 +27,7 @@
 
 local cjson_safe = require "cjson.safe"
 local errors = require "rlm.errors"
+local ffi = require "ffi"
 
 local type = type
 local pairs = pairs
@@ -57,6 +62,25 @@ local REWRITTEN = { max_tokens = true, max_completion_tokens = true,
                     rlm = true }
 
 local null = cjson_safe.null
+
+
+-- the module's body cap for a body read here (ngx_http_rlm_body_cap.c),
+-- nil when the module is not loaded (nginx dlopens it RTLD_GLOBAL)
+local body_limit, get_request
+
+do
+    pcall(ffi.cdef, [[
+        intptr_t ngx_http_rlm_body_limit(void *r, int64_t cap);
+    ]])
+
+    local ok, f = pcall(function() return ffi.C.ngx_http_rlm_body_limit end)
+    local okb, base = pcall(require, "resty.core.base")
+
+    if ok and okb and base.get_request then
+        body_limit = f
+        get_request = base.get_request
+    end
+end
 
 
 local function bad(code, message, param)
@@ -239,8 +263,50 @@ end
 _M._members = members
 
 
+local function too_large(size, max)
+    return errors.new(413, "invalid_request_error", "body_too_large",
+                      "The request body is " .. size .. " bytes; this"
+                      .. " server checks and accepts at most " .. max
+                      .. " bytes per completion request.")
+end
+
+
+-- a Content-Length over max: refused before the body is read
+local function declared_too_large(max)
+    local r = body_limit and get_request()
+
+    if r ~= nil then
+        if tonumber(body_limit(r, max)) == 413 then
+            -- nginx answers (no "100 Continue", the connection closed
+            -- after a lingering read); the module writes the envelope
+            local err = too_large(ngx.var.http_content_length, max)
+            err.finalize = true
+            return err
+        end
+        return nil
+    end
+
+    local declared = tonumber(ngx.var.http_content_length)
+    if declared and declared > max then
+        -- no "100 Continue" must invite the client to send the body
+        -- that nginx drains after this answer
+        ngx.req.clear_header("Expect")
+        return too_large(declared, max)
+    end
+
+    return nil
+end
+
+
 -- read(conf) -> { raw =, req =, members =, file = path|nil } | nil, err
 function _M.read(conf)
+    local max = conf.body_max or DEFAULT_BODY_MAX
+
+    local refused = declared_too_large(max)
+    if refused then
+        return nil, refused
+    end
+
     ngx.req.read_body()
 
     local raw = ngx.req.get_body_data()
@@ -251,7 +317,6 @@ function _M.read(conf)
     end
 
     if file ~= nil then
-        local max = conf.body_max or DEFAULT_BODY_MAX
         local f, err = io.open(file, "rb")
         if not f then
             ngx.log(ngx.ERR, "rlm policy: cannot open the buffered body: ",
@@ -269,12 +334,7 @@ function _M.read(conf)
 
         if size > max then
             f:close()
-            return nil, errors.new(413, "invalid_request_error",
-                                   "body_too_large",
-                                   "The request body is " .. size
-                                   .. " bytes; this server checks and"
-                                   .. " accepts at most " .. max
-                                   .. " bytes per completion request.")
+            return nil, too_large(size, max)
         end
 
         f:seek("set", 0)
