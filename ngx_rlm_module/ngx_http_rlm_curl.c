@@ -19,6 +19,30 @@
  * passed when one direction is deleted, because epoll rewrites the whole
  * registration of the descriptor.  Event ports (Solaris, one-shot) are not
  * supported.
+ *
+ * Descriptors.  CURL_POLL_REMOVE cannot be the moment nginx lets go of a
+ * socket: libcurl may close a socket first and report its removal
+ * afterwards, and epoll_ctl() then fails with EBADF on the closed
+ * descriptor (an alert for each of hundreds of calls cancelled at once),
+ * or worse, acts on another socket that got the same number.  So sockets
+ * are opened by our open socket callback, which makes the nginx
+ * connection together with the descriptor, and closed by our close socket
+ * callback, which unwatches the descriptor while it is still open and
+ * closes both with ngx_close_connection(); CURL_POLL_REMOVE only stops
+ * watching.  A connection lives as long as its socket, in libcurl's
+ * keep-alive cache too.
+ *
+ * libcurl does not always call the close callback: 7.88 closes sockets
+ * that are still connecting (a transfer removed or timed out before its
+ * connect completed) itself, and reports CURL_POLL_REMOVE after the close.
+ * The kernel has then dropped the epoll registration with the descriptor,
+ * and nginx's records of it must be updated without a system call on the
+ * number.  That is why everything is looked up by descriptor in a table
+ * of this worker, never through a pointer libcurl keeps, and why an entry
+ * is trusted only while fstat() finds the same socket (inode) under its
+ * number.  Sockets libcurl makes without the open callback (the threaded
+ * resolver's wake-up pair) get a connection while they are watched, given
+ * back without closing.
  */
 
 
@@ -29,24 +53,51 @@
 #include "ngx_http_rlm_curl.h"
 
 
+/* what the worker knows about one descriptor of libcurl's */
+
+typedef struct {
+    ngx_connection_t           *connection;
+    ngx_file_uniq_t             uniq;       /* which socket has the number */
+    unsigned                    owned:1;    /* opened here, closed here */
+    unsigned                    watched:1;
+} ngx_http_rlm_curl_sock_t;
+
+
 typedef struct {
     CURLM                      *multi;
     ngx_event_t                 timer;
     ngx_queue_t                 jobs;
     ngx_log_t                  *log;
+    ngx_http_rlm_curl_sock_t   *socks;      /* indexed by descriptor */
+    ngx_uint_t                  nsocks;
     ngx_http_rlm_curl_stats_t   stats;
 } ngx_http_rlm_curl_worker_t;
 
 
 static int ngx_http_rlm_curl_socket_cb(CURL *easy, curl_socket_t s, int what,
     void *userp, void *socketp);
+static curl_socket_t ngx_http_rlm_curl_open_cb(void *clientp,
+    curlsocktype purpose, struct curl_sockaddr *addr);
+static int ngx_http_rlm_curl_close_cb(void *clientp, curl_socket_t s);
+static ngx_http_rlm_curl_sock_t *ngx_http_rlm_curl_sock(
+    ngx_http_rlm_curl_worker_t *w, curl_socket_t s, ngx_uint_t create);
+static ngx_http_rlm_curl_sock_t *ngx_http_rlm_curl_lookup(
+    ngx_http_rlm_curl_worker_t *w, curl_socket_t s);
+static ngx_int_t ngx_http_rlm_curl_connection(ngx_http_rlm_curl_worker_t *w,
+    ngx_http_rlm_curl_sock_t *sk, curl_socket_t s, ngx_uint_t owned);
+static ngx_uint_t ngx_http_rlm_curl_same(ngx_http_rlm_curl_sock_t *sk,
+    curl_socket_t s);
+static void ngx_http_rlm_curl_forget(ngx_http_rlm_curl_worker_t *w,
+    ngx_http_rlm_curl_sock_t *sk, ngx_uint_t closed);
+static void ngx_http_rlm_curl_close(ngx_http_rlm_curl_worker_t *w,
+    ngx_http_rlm_curl_sock_t *sk);
 static int ngx_http_rlm_curl_timer_cb(CURLM *multi, long timeout_ms,
     void *userp);
 static void ngx_http_rlm_curl_event_handler(ngx_event_t *ev);
 static void ngx_http_rlm_curl_timer_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_rlm_curl_watch(ngx_event_t *ev, ngx_int_t event,
     ngx_uint_t on);
-static void ngx_http_rlm_curl_release(ngx_connection_t *c);
+static void ngx_http_rlm_curl_unwatch(ngx_connection_t *c);
 static void ngx_http_rlm_curl_collect(void);
 
 
@@ -118,7 +169,9 @@ ngx_http_rlm_curl_init_process(ngx_cycle_t *cycle)
 void
 ngx_http_rlm_curl_exit_process(ngx_cycle_t *cycle)
 {
+    ngx_uint_t                   i;
     ngx_queue_t                 *q;
+    ngx_http_rlm_curl_sock_t    *sk;
     ngx_http_rlm_curl_job_t     *job;
     ngx_http_rlm_curl_worker_t  *w;
 
@@ -140,12 +193,39 @@ ngx_http_rlm_curl_exit_process(ngx_cycle_t *cycle)
     }
 
     /*
-     * Closing the cached connections makes libcurl report CURL_POLL_REMOVE
-     * for any socket still watched, which releases its nginx connection:
-     * nginx would otherwise complain about sockets left open at exit.
+     * libcurl closes its cached connections through the close socket
+     * callback, which closes their nginx connections: nginx would
+     * otherwise complain about sockets left open at exit.
      */
     curl_multi_cleanup(w->multi);
     curl_global_cleanup();
+
+    /* anything libcurl did not close is closed here */
+
+    for (i = 0; i < w->nsocks; i++) {
+        sk = &w->socks[i];
+
+        if (sk->connection == NULL) {
+            continue;
+        }
+
+        ngx_log_debug1(NGX_LOG_DEBUG_EVENT, cycle->log, 0,
+                       "rlm: curl socket %ui left at exit", i);
+
+        if (!ngx_http_rlm_curl_same(sk, i)) {
+            ngx_http_rlm_curl_forget(w, sk, 1);
+
+        } else if (sk->owned) {
+            ngx_http_rlm_curl_close(w, sk);
+
+        } else {
+            ngx_http_rlm_curl_forget(w, sk, 0);
+        }
+    }
+
+    ngx_free(w->socks);
+    w->socks = NULL;
+    w->nsocks = 0;
 
     ngx_http_rlm_curl_worker = NULL;
 }
@@ -166,6 +246,17 @@ ngx_http_rlm_curl_start(ngx_http_rlm_curl_job_t *job)
 
     /* no SIGALRM-based DNS timeouts in a process with nginx's handlers */
     curl_easy_setopt(job->easy, CURLOPT_NOSIGNAL, 1L);
+
+    /*
+     * libcurl keeps these in the connection, which may outlive the easy
+     * handle in the cache: the data is the worker's, not the job's.
+     */
+    curl_easy_setopt(job->easy, CURLOPT_OPENSOCKETFUNCTION,
+                     ngx_http_rlm_curl_open_cb);
+    curl_easy_setopt(job->easy, CURLOPT_OPENSOCKETDATA, w);
+    curl_easy_setopt(job->easy, CURLOPT_CLOSESOCKETFUNCTION,
+                     ngx_http_rlm_curl_close_cb);
+    curl_easy_setopt(job->easy, CURLOPT_CLOSESOCKETDATA, w);
 
     /* counted first: the timer callback below looks at it */
     w->stats.active++;
@@ -200,7 +291,7 @@ ngx_http_rlm_curl_cancel(ngx_http_rlm_curl_job_t *job)
         return;
     }
 
-    /* may call the socket callback with CURL_POLL_REMOVE */
+    /* may close the transfer's sockets and report CURL_POLL_REMOVE */
     curl_multi_remove_handle(w->multi, job->easy);
 
     job->active = 0;
@@ -230,39 +321,54 @@ ngx_http_rlm_curl_socket_cb(CURL *easy, curl_socket_t s, int what,
 {
     ngx_http_rlm_curl_worker_t *w = userp;
 
-    ngx_connection_t  *c;
+    ngx_connection_t          *c;
+    ngx_http_rlm_curl_sock_t  *sk;
 
-    c = socketp;
+    sk = ngx_http_rlm_curl_lookup(w, s);
 
     if (what == CURL_POLL_REMOVE) {
 
         /*
-         * libcurl is done with the socket for now: it is about to close
-         * it, or it parks the connection in its cache, where nobody
-         * watches it until a later transfer picks it up again.
+         * libcurl stops using the socket: it parks it in its cache, or is
+         * about to close it, or has closed it already, in which case the
+         * lookup found nothing left to do.
          */
 
-        if (c != NULL) {
-            curl_multi_assign(w->multi, s, NULL);
-            ngx_http_rlm_curl_release(c);
+        if (sk == NULL) {
+            return 0;
+        }
+
+        if (!sk->owned) {
+            ngx_http_rlm_curl_forget(w, sk, 0);
+            return 0;
+        }
+
+        ngx_http_rlm_curl_unwatch(sk->connection);
+
+        if (sk->watched) {
+            sk->watched = 0;
+            w->stats.sockets--;
         }
 
         return 0;
     }
 
-    if (c == NULL) {
-        c = ngx_get_connection(s, w->log);
-        if (c == NULL) {
+    if (sk == NULL) {
+        /* not opened by the open callback: a socket of libcurl's own */
+
+        sk = ngx_http_rlm_curl_sock(w, s, 1);
+
+        if (sk == NULL
+            || ngx_http_rlm_curl_connection(w, sk, s, 0) != NGX_OK)
+        {
             return -1;
         }
+    }
 
-        c->data = w;
-        c->read->handler = ngx_http_rlm_curl_event_handler;
-        c->write->handler = ngx_http_rlm_curl_event_handler;
-        c->read->log = w->log;
-        c->write->log = w->log;
+    c = sk->connection;
 
-        curl_multi_assign(w->multi, s, c);
+    if (!sk->watched) {
+        sk->watched = 1;
         w->stats.sockets++;
     }
 
@@ -277,6 +383,285 @@ ngx_http_rlm_curl_socket_cb(CURL *easy, curl_socket_t s, int what,
     }
 
     return 0;
+}
+
+
+static curl_socket_t
+ngx_http_rlm_curl_open_cb(void *clientp, curlsocktype purpose,
+    struct curl_sockaddr *addr)
+{
+    ngx_http_rlm_curl_worker_t *w = clientp;
+
+    ngx_socket_t               s;
+    ngx_http_rlm_curl_sock_t  *sk;
+
+    s = ngx_socket(addr->family, addr->socktype, addr->protocol);
+
+    if (s == (ngx_socket_t) -1) {
+        ngx_log_error(NGX_LOG_ALERT, w->log, ngx_socket_errno,
+                      "rlm: socket() failed");
+        return CURL_SOCKET_BAD;
+    }
+
+    sk = ngx_http_rlm_curl_sock(w, s, 1);
+    if (sk == NULL) {
+        goto failed;
+    }
+
+    if (sk->connection) {
+        /* the number was free: whatever had it is gone, unannounced */
+        ngx_http_rlm_curl_forget(w, sk, 1);
+    }
+
+    if (ngx_http_rlm_curl_connection(w, sk, s, 1) != NGX_OK) {
+        goto failed;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, w->log, 0,
+                   "rlm: curl socket %d opened", s);
+
+    return s;
+
+failed:
+
+    if (ngx_close_socket(s) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, w->log, ngx_socket_errno,
+                      ngx_close_socket_n " failed");
+    }
+
+    return CURL_SOCKET_BAD;
+}
+
+
+static int
+ngx_http_rlm_curl_close_cb(void *clientp, curl_socket_t s)
+{
+    ngx_http_rlm_curl_worker_t *w = clientp;
+
+    ngx_http_rlm_curl_sock_t  *sk;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, w->log, 0,
+                   "rlm: curl socket %d closed", s);
+
+    /* the number is open, and libcurl opens its sockets through us */
+
+    sk = ngx_http_rlm_curl_sock(w, s, 0);
+
+    if (sk != NULL && sk->connection != NULL && sk->owned) {
+        ngx_http_rlm_curl_close(w, sk);
+        return 0;
+    }
+
+    /* not one of ours: nothing in nginx may refer to it any more */
+
+    if (sk != NULL && sk->connection != NULL) {
+        ngx_http_rlm_curl_forget(w, sk, 0);
+    }
+
+    if (ngx_close_socket(s) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, w->log, ngx_socket_errno,
+                      ngx_close_socket_n " %d failed", s);
+        return 1;
+    }
+
+    return 0;
+}
+
+
+/* the table entry of descriptor s, made room for if create is set */
+
+static ngx_http_rlm_curl_sock_t *
+ngx_http_rlm_curl_sock(ngx_http_rlm_curl_worker_t *w, curl_socket_t s,
+    ngx_uint_t create)
+{
+    ngx_uint_t                 n;
+    ngx_http_rlm_curl_sock_t  *socks;
+
+    if (s < 0) {
+        return NULL;
+    }
+
+    if ((ngx_uint_t) s < w->nsocks) {
+        return &w->socks[s];
+    }
+
+    if (!create) {
+        return NULL;
+    }
+
+    n = ngx_max(w->nsocks * 2, 64);
+
+    while (n <= (ngx_uint_t) s) {
+        n *= 2;
+    }
+
+    socks = ngx_alloc(n * sizeof(ngx_http_rlm_curl_sock_t), w->log);
+    if (socks == NULL) {
+        return NULL;
+    }
+
+    if (w->nsocks) {
+        ngx_memcpy(socks, w->socks,
+                   w->nsocks * sizeof(ngx_http_rlm_curl_sock_t));
+    }
+
+    ngx_memzero(&socks[w->nsocks],
+                (n - w->nsocks) * sizeof(ngx_http_rlm_curl_sock_t));
+
+    ngx_free(w->socks);
+
+    w->socks = socks;
+    w->nsocks = n;
+
+    return &w->socks[s];
+}
+
+
+/*
+ * The entry of descriptor s, if it has a connection and the descriptor is
+ * still the socket the connection was made for; the connection of a
+ * socket closed unannounced is given back on the way.
+ */
+
+static ngx_http_rlm_curl_sock_t *
+ngx_http_rlm_curl_lookup(ngx_http_rlm_curl_worker_t *w, curl_socket_t s)
+{
+    ngx_http_rlm_curl_sock_t  *sk;
+
+    sk = ngx_http_rlm_curl_sock(w, s, 0);
+
+    if (sk == NULL || sk->connection == NULL) {
+        return NULL;
+    }
+
+    if (!ngx_http_rlm_curl_same(sk, s)) {
+        ngx_log_debug1(NGX_LOG_DEBUG_EVENT, w->log, 0,
+                       "rlm: curl socket %d was closed unannounced", s);
+
+        ngx_http_rlm_curl_forget(w, sk, 1);
+        return NULL;
+    }
+
+    return sk;
+}
+
+
+static ngx_int_t
+ngx_http_rlm_curl_connection(ngx_http_rlm_curl_worker_t *w,
+    ngx_http_rlm_curl_sock_t *sk, curl_socket_t s, ngx_uint_t owned)
+{
+    ngx_file_info_t    fi;
+    ngx_connection_t  *c;
+
+    if (ngx_fd_info(s, &fi) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, w->log, ngx_errno,
+                      ngx_fd_info_n " %d failed", s);
+        return NGX_ERROR;
+    }
+
+    c = ngx_get_connection(s, w->log);
+    if (c == NULL) {
+        return NGX_ERROR;
+    }
+
+    c->data = w;
+    c->read->handler = ngx_http_rlm_curl_event_handler;
+    c->write->handler = ngx_http_rlm_curl_event_handler;
+    c->read->log = w->log;
+    c->write->log = w->log;
+
+    sk->connection = c;
+    sk->uniq = ngx_file_uniq(&fi);
+    sk->owned = owned;
+    sk->watched = 0;
+
+    w->stats.connections++;
+
+    return NGX_OK;
+}
+
+
+/* whether descriptor s is still the socket its entry was made for */
+
+static ngx_uint_t
+ngx_http_rlm_curl_same(ngx_http_rlm_curl_sock_t *sk, curl_socket_t s)
+{
+    ngx_file_info_t  fi;
+
+    if (ngx_fd_info(s, &fi) == -1) {
+        return 0;
+    }
+
+    return ngx_file_uniq(&fi) == sk->uniq;
+}
+
+
+/*
+ * Gives back the connection of a descriptor that is not ours to close:
+ * one of libcurl's own, or one already closed ("closed"), whose events
+ * the kernel has dropped; NGX_CLOSE_EVENT updates nginx's records of them
+ * without a system call on the number.
+ */
+
+static void
+ngx_http_rlm_curl_forget(ngx_http_rlm_curl_worker_t *w,
+    ngx_http_rlm_curl_sock_t *sk, ngx_uint_t closed)
+{
+    ngx_connection_t  *c;
+
+    c = sk->connection;
+
+    if (closed) {
+        if (c->read->active) {
+            ngx_del_event(c->read, NGX_READ_EVENT, NGX_CLOSE_EVENT);
+        }
+
+        if (c->write->active) {
+            ngx_del_event(c->write, NGX_WRITE_EVENT, NGX_CLOSE_EVENT);
+        }
+    }
+
+    ngx_http_rlm_curl_unwatch(c);
+
+    /*
+     * ngx_free_connection() keeps the descriptor; nginx's exit check looks
+     * for connections with fd != -1, so mark this one as unused, after
+     * the free, which needs the number for select's and poll's tables.
+     */
+    ngx_free_connection(c);
+    c->fd = (ngx_socket_t) -1;
+
+    if (sk->watched) {
+        w->stats.sockets--;
+    }
+
+    w->stats.connections--;
+
+    sk->connection = NULL;
+    sk->owned = 0;
+    sk->watched = 0;
+}
+
+
+/* closes one of our sockets: unwatched first, while it is still open */
+
+static void
+ngx_http_rlm_curl_close(ngx_http_rlm_curl_worker_t *w,
+    ngx_http_rlm_curl_sock_t *sk)
+{
+    ngx_http_rlm_curl_unwatch(sk->connection);
+
+    ngx_close_connection(sk->connection);
+
+    if (sk->watched) {
+        w->stats.sockets--;
+    }
+
+    w->stats.connections--;
+
+    sk->connection = NULL;
+    sk->owned = 0;
+    sk->watched = 0;
 }
 
 
@@ -296,12 +681,8 @@ ngx_http_rlm_curl_watch(ngx_event_t *ev, ngx_int_t event, ngx_uint_t on)
 
 
 static void
-ngx_http_rlm_curl_release(ngx_connection_t *c)
+ngx_http_rlm_curl_unwatch(ngx_connection_t *c)
 {
-    ngx_http_rlm_curl_worker_t *w = c->data;
-
-    /* the socket belongs to libcurl: unwatch it, never close it here */
-
     if (c->read->active) {
         ngx_del_event(c->read, NGX_READ_EVENT, NGX_LEVEL_EVENT);
     }
@@ -317,15 +698,6 @@ ngx_http_rlm_curl_release(ngx_connection_t *c)
     if (c->write->posted) {
         ngx_delete_posted_event(c->write);
     }
-
-    /*
-     * ngx_free_connection() keeps the descriptor; nginx's exit check looks
-     * for connections with fd != -1, so mark this one as unused.
-     */
-    c->fd = (ngx_socket_t) -1;
-    ngx_free_connection(c);
-
-    w->stats.sockets--;
 }
 
 

@@ -35,11 +35,16 @@ struct ngx_http_rlm_curl_job_s {
 };
 
 
-/* counters of this worker, for the status handler and the tests */
+/*
+ * Counters of this worker, for the status handler and the tests.
+ * "connections" counts every socket libcurl has open, idle keep-alive
+ * ones included; "sockets" only those it wants watched right now.
+ */
 
 typedef struct {
-    ngx_uint_t                  active;     /* easy handles in the multi */
-    ngx_uint_t                  sockets;    /* nginx connections we hold */
+    ngx_uint_t                  active;      /* easy handles in the multi */
+    ngx_uint_t                  sockets;     /* sockets being watched */
+    ngx_uint_t                  connections; /* nginx connections held */
     ngx_uint_t                  started;
     ngx_uint_t                  completed;
     ngx_uint_t                  cancelled;

@@ -824,11 +824,21 @@ ngx_http_rlm_llm_status_handler(ngx_http_request_t *r)
                       "waiting", (json_int_t) waiting));
     }
 
-    doc = json_pack("{s:I, s:{s:I, s:I, s:I, s:I, s:I}, s:o}",
+    /*
+     * "connections" are all of this worker's nginx connections in use,
+     * whoever holds them: the tests compare it before and after
+     * cancelling calls to find connections that were never given back.
+     */
+
+    doc = json_pack("{s:I, s:I, s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:o}",
                     "pid", (json_int_t) ngx_pid,
+                    "connections",
+                    (json_int_t) (ngx_cycle->connection_n
+                                  - ngx_cycle->free_connection_n),
                     "curl",
                     "active", (json_int_t) st->active,
                     "sockets", (json_int_t) st->sockets,
+                    "connections", (json_int_t) st->connections,
                     "started", (json_int_t) st->started,
                     "completed", (json_int_t) st->completed,
                     "cancelled", (json_int_t) st->cancelled,

@@ -223,7 +223,7 @@ connections 1, requests on it 1,2,3,4
 --- request
 GET /status
 --- response_body_like chomp
-^\{"pid":\d+,"curl":\{"active":0,"sockets":0,"started":0,"completed":0,"cancelled":0\},"providers":\[\{"name":"mock","active":0,"waiting":0\}\]\}$
+^\{"pid":\d+,"connections":\d+,"curl":\{"active":0,"sockets":0,"connections":0,"started":0,"completed":0,"cancelled":0\},"providers":\[\{"name":"mock","active":0,"waiting":0\}\]\}$
 
 
 
