@@ -42,6 +42,7 @@ PROVE_ENV := TEST_NGINX_BINARY=$(NGINX) \
 TESTS     ?= t/
 
 .PHONY: all deps module sandbox run-prefix run test asan asan-test \
+        asan-test-run \
         valgrind-test fuzz bench-llm clean npm-deps
 
 all: deps module sandbox
@@ -162,8 +163,12 @@ $(NPM_DIR)/openai-$(OPENAI_NPM).stamp: | deps
 asan:
 	$(MAKE) SAN=1 all
 
+# the suites against build/asan: SAN=1 in a sub-make, so that PROVE_ENV
+# points at that build and not at build/
 asan-test:
-	$(MAKE) SAN=1 all
+	$(MAKE) SAN=1 asan-test-run
+
+asan-test-run: all
 	$(PROVE_ENV) LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
 	    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 RLM_SANITIZED=1 \
 	    prove -I t/lib -I t -r $(TESTS)
