@@ -75,9 +75,11 @@
  *     memfd_create is EPERM.  Lazily imported extension modules therefore
  *     still load (lib-dynload is bound read-only), but importing everything
  *     the runtime needs in the zygote is faster and recommended;
- *   - setitimer, timer_create, alarm, rt_sig*, setrlimit/prlimit64 on self
- *     (the runtime may lower or raise RLIMIT_CPU soft up to the hard limit
- *     for a per-cell CPU budget: SIGXCPU is delivered at the soft limit);
+ *   - setitimer, timer_create, alarm, rt_sig*, setrlimit/prlimit64 on self;
+ *     but the dispositions of SIGALRM, SIGXCPU and SIGUSR1 cannot be
+ *     changed and RLIMIT_CPU cannot be set (EPERM): the runtime installs
+ *     its handlers before the jail and times a cell's CPU with a POSIX
+ *     CPU-clock timer (timer_create), never with the soft RLIMIT_CPU;
  *   - flock() and fcntl record locks (F_GETLK/SETLK/OFD_*) answer ENOLCK,
  *     F_NOTIFY and leases EPERM: on the read-only files all jails share
  *     they would be covert channels between sessions;
@@ -199,9 +201,10 @@ typedef struct {
     unsigned    as_mb;          /* RLIMIT_AS (0: memory_mb + 512, or none
                                    when memory_mb is 0) */
     unsigned    pids;           /* pids cgroup + RLIMIT_NPROC (threads) */
-    unsigned    cpu_s;          /* RLIMIT_CPU hard, whole sandbox life
-                                   (0: none); per-cell budgets are the
-                                   runtime's job via the soft limit */
+    unsigned    cpu_s;          /* RLIMIT_CPU soft = hard, whole sandbox
+                                   life (0: none); per-cell budgets are
+                                   the runtime's job (a CPU-clock timer)
+                                   and the manager's */
     unsigned    cpu_pct;        /* cfs quota, 100 = one core (0: none) */
     unsigned    cpu_weight;     /* v2 cpu.weight 1..10000 / v1 shares
                                    = weight * 1024 / 100 (0: default) */

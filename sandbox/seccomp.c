@@ -9,7 +9,8 @@
  * x32 system calls kill.
  *
  * Two filters are installed.  The main one holds the policy.  The second
- * one accepts everything except a few argument values of ioctl and fcntl:
+ * one accepts everything except a few argument values (ioctl and fcntl
+ * requests, the signals and the rlimit the time limits rely on):
  * libseccomp cannot express "allow ioctl except TIOCSTI" in one filter
  * with a 32-bit safe comparison, and the kernel applies the most
  * restrictive answer of all installed filters.
@@ -24,12 +25,14 @@
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "seccomp.h"
@@ -39,6 +42,27 @@ typedef struct {
     struct sock_fprog  main;
     struct sock_fprog  args;
 } rlm_seccomp_progs_t;
+
+
+/*
+ * Argument guards of the second filter: a call is refused with err when
+ * argument "arg" compares true (op with datums a and b) and, if set_arg
+ * is not -1, argument set_arg is not NULL (the call sets something; a
+ * mere query passes NULL there and stays allowed).
+ */
+
+typedef struct {
+    int                syscall;
+    int                err;
+    unsigned           arg;
+    enum scmp_compare  op;
+    scmp_datum_t       a;
+    scmp_datum_t       b;
+    int                set_arg;
+} rlm_seccomp_guard_t;
+
+/* the low 32 bits equal v: how the kernel reads an int argument */
+#define RLM_IS(v)          SCMP_CMP_MASKED_EQ, 0xffffffffUL, (v)
 
 
 /* allowed without conditions */
@@ -159,6 +183,8 @@ static int rlm_seccomp_names(scmp_filter_ctx ctx, const char **names,
     uint32_t action);
 static int rlm_seccomp_rules(scmp_filter_ctx ctx, int allow_threads);
 static int rlm_seccomp_arg_rules(scmp_filter_ctx ctx);
+static int rlm_seccomp_guards(scmp_filter_ctx ctx,
+    const rlm_seccomp_guard_t *g, size_t n);
 static int rlm_seccomp_export(scmp_filter_ctx ctx, struct sock_fprog *prog);
 
 
@@ -349,11 +375,81 @@ static const struct {
 };
 
 
+/*
+ * What the time limits of a cell rely on inside the sandbox.  The wall
+ * timer ends in SIGALRM, the CPU timer in SIGXCPU, the host's interrupt
+ * is SIGUSR1, and the CPU budget of the sandbox's whole life is the hard
+ * RLIMIT_CPU.  The runtime installs its handlers for the three signals
+ * in the zygote (rlm_repl.py at import, then
+ * rlm_child_install_signals()), and the per-cell CPU timer is a POSIX
+ * CPU-clock timer, not the soft RLIMIT_CPU: once a sandbox has loaded
+ * this filter nothing legitimate changes either again.  Code that
+ * replaced the handlers (signal.signal(SIGALRM, SIG_IGN)) or raised its
+ * soft RLIMIT_CPU to the hard one used to spin on past every step taken
+ * inside the sandbox; the manager's kill and watch ops stop it anyway
+ * (docs/protocol.md), but refusing these keeps the gentle first step,
+ * which ends a cell and keeps the interpreter's state, in place.
+ * Queries (signal.getsignal(), resource.getrlimit()) stay allowed.
+ * Blocking the signals (sigprocmask) and disarming the timers cannot be
+ * told apart from the runtime's own calls by a filter: the manager
+ * covers those (docs/security.md).
+ */
+static const rlm_seccomp_guard_t  rlm_seccomp_limit_guards[] = {
+    { SCMP_SYS(rt_sigaction), EPERM, 0, RLM_IS(SIGALRM), 1 },
+    { SCMP_SYS(rt_sigaction), EPERM, 0, RLM_IS(SIGXCPU), 1 },
+    { SCMP_SYS(rt_sigaction), EPERM, 0, RLM_IS(SIGUSR1), 1 },
+    { SCMP_SYS(setrlimit), EPERM, 0, RLM_IS(RLIMIT_CPU), -1 },
+    { SCMP_SYS(prlimit64), EPERM, 1, RLM_IS(RLIMIT_CPU), 2 },
+};
+
+
+static int
+rlm_seccomp_guards(scmp_filter_ctx ctx, const rlm_seccomp_guard_t *g,
+    size_t n)
+{
+    int                  rc;
+    unsigned             ncmp;
+    struct scmp_arg_cmp  cmp[2];
+
+    for ( /* void */ ; n > 0; n--, g++) {
+        cmp[0].arg = g->arg;
+        cmp[0].op = g->op;
+        cmp[0].datum_a = g->a;
+        cmp[0].datum_b = g->b;
+        ncmp = 1;
+
+        if (g->set_arg >= 0) {
+            cmp[1].arg = g->set_arg;
+            cmp[1].op = SCMP_CMP_NE;
+            cmp[1].datum_a = 0;
+            cmp[1].datum_b = 0;
+            ncmp = 2;
+        }
+
+        rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(g->err), g->syscall,
+                                    ncmp, cmp);
+        if (rc != 0) {
+            errno = -rc;
+            return -1;
+        }
+    }
+
+    return 0;
+}
+
+
 static int
 rlm_seccomp_arg_rules(scmp_filter_ctx ctx)
 {
     int     rc;
     size_t  i;
+
+    if (rlm_seccomp_guards(ctx, rlm_seccomp_limit_guards,
+                           sizeof(rlm_seccomp_limit_guards)
+                           / sizeof(rlm_seccomp_limit_guards[0])) != 0)
+    {
+        return -1;
+    }
 
     for (i = 0; i < sizeof(rlm_seccomp_arg_refused)
                     / sizeof(rlm_seccomp_arg_refused[0]); i++)
