@@ -390,6 +390,43 @@ inside_checks(void)
     expect_errno(setrlimit(RLIMIT_NOFILE, &rl), EPERM,
                  "raising RLIMIT_NOFILE");
 
+    /*
+     * What the time limits rely on: the dispositions of SIGALRM, SIGXCPU
+     * and SIGUSR1 and RLIMIT_CPU cannot be changed; queries still work
+     */
+    {
+        struct sigaction  sa, old;
+
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = SIG_IGN;
+        expect_errno(sigaction(SIGALRM, &sa, NULL), EPERM,
+                     "ignoring SIGALRM");
+        expect_errno(sigaction(SIGXCPU, &sa, NULL), EPERM,
+                     "ignoring SIGXCPU");
+        expect_errno(sigaction(SIGUSR1, &sa, NULL), EPERM,
+                     "ignoring SIGUSR1");
+        expect_errno(syscall(SYS_rt_sigaction, 0x100000000UL | SIGALRM, &sa,
+                             NULL, 8), EPERM,
+                     "rt_sigaction of SIGALRM with high bits set");
+        report(sigaction(SIGALRM, NULL, &old) == 0,
+               "sigaction query of SIGALRM still works");
+        report(sigaction(SIGHUP, &sa, NULL) == 0,
+               "sigaction of another signal still works");
+
+        report(getrlimit(RLIMIT_CPU, &rl) == 0
+               && rl.rlim_cur == rl.rlim_max, "RLIMIT_CPU soft = hard");
+        rl.rlim_cur = 1;
+        expect_errno(setrlimit(RLIMIT_CPU, &rl), EPERM,
+                     "lowering the soft RLIMIT_CPU");
+        expect_errno(syscall(SYS_setrlimit, RLIMIT_CPU, &rl), EPERM,
+                     "raw setrlimit(RLIMIT_CPU)");
+        expect_errno(syscall(SYS_prlimit64, 0, 0x100000000UL | RLIMIT_CPU,
+                             &rl, NULL), EPERM,
+                     "prlimit64 of RLIMIT_CPU with high bits set");
+        report(syscall(SYS_prlimit64, 0, RLIMIT_CPU, NULL, &rl) == 0,
+               "prlimit64 query of RLIMIT_CPU still works");
+    }
+
     /* files beyond RLIMIT_FSIZE: EFBIG, not death */
     fd = open("/tmp/big", O_WRONLY | O_CREAT | O_TRUNC, 0600);
     rc = pwrite(fd, "x", 1, ((off_t) limits.fsize_mb << 20) + 4096);
