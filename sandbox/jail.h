@@ -80,6 +80,10 @@
  *     changed and RLIMIT_CPU cannot be set (EPERM): the runtime installs
  *     its handlers before the jail and times a cell's CPU with a POSIX
  *     CPU-clock timer (timer_create), never with the soft RLIMIT_CPU;
+ *   - fadvise64, readahead, mincore, preadv2/pwritev2 with flags, madvise
+ *     COLD/PAGEOUT answer EPERM and futexes without FUTEX_PRIVATE_FLAG
+ *     ENOSYS: page cache and shared futex keys of the files all jails
+ *     share would be covert channels between sessions;
  *   - flock() and fcntl record locks (F_GETLK/SETLK/OFD_*) answer ENOLCK,
  *     F_NOTIFY and leases EPERM: on the read-only files all jails share
  *     they would be covert channels between sessions;

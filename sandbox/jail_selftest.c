@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -32,6 +33,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -376,6 +378,49 @@ inside_checks(void)
     expect_errno(fcntl(fd, F_NOTIFY, DN_ACCESS), EPERM,
                  "fcntl F_NOTIFY on a shared directory");
     report(fcntl(fd, F_GETFL) != -1, "fcntl F_GETFL still works");
+    close(fd);
+
+    /* the page cache and futex keys of shared files: covert channels */
+    fd = open("/usr/lib/python3.11/os.py", O_RDONLY);
+    {
+        struct iovec   iov;
+        unsigned char  vec[1];
+
+        rc = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        report(rc == EPERM, "fadvise DONTNEED on a shared file fails with "
+               "EPERM (%s)", strerrorname_np(rc));
+        expect_errno(readahead(fd, 0, 4096), EPERM, "readahead");
+
+        iov.iov_base = buf;
+        iov.iov_len = 16;
+        expect_errno(preadv2(fd, &iov, 1, 0, RWF_NOWAIT), EPERM,
+                     "preadv2 RWF_NOWAIT");
+        expect_errno(syscall(SYS_pwritev2, 1, &iov, 1, 0, 0, RWF_NOWAIT),
+                     EPERM, "pwritev2 RWF_NOWAIT");
+        report(preadv2(fd, &iov, 1, 0, 0) == 16,
+               "preadv2 without flags still works");
+
+        m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+        report(m != MAP_FAILED, "shared read-only mapping of a shared file");
+        expect_errno(mincore(m, 4096, vec), EPERM, "mincore");
+        expect_errno(madvise(m, 4096, MADV_PAGEOUT), EPERM,
+                     "madvise MADV_PAGEOUT");
+        expect_errno(madvise(m, 4096, MADV_COLD), EPERM, "madvise MADV_COLD");
+        report(madvise(m, 4096, MADV_WILLNEED) == 0,
+               "madvise MADV_WILLNEED still works");
+
+        expect_errno(syscall(SYS_futex, m, FUTEX_WAKE, 1, NULL, NULL, 0),
+                     ENOSYS, "shared FUTEX_WAKE on a shared file page");
+        expect_errno(syscall(SYS_futex, m, FUTEX_WAIT, *(unsigned *) m,
+                             NULL, NULL, 0), ENOSYS,
+                     "shared FUTEX_WAIT on a shared file page");
+        expect_errno(syscall(SYS_futex, m, 0x100000000UL | FUTEX_WAKE, 1,
+                             NULL, NULL, 0), ENOSYS,
+                     "shared FUTEX_WAKE with high bits set");
+        report(syscall(SYS_futex, m, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0)
+               == 0, "private FUTEX_WAKE still works");
+        munmap(m, 4096);
+    }
     close(fd);
 
     /* rlimits */

@@ -10,10 +10,11 @@
  *
  * Two filters are installed.  The main one holds the policy.  The second
  * one accepts everything except a few argument values (ioctl and fcntl
- * requests, the signals and the rlimit the time limits rely on):
- * libseccomp cannot express "allow ioctl except TIOCSTI" in one filter
- * with a 32-bit safe comparison, and the kernel applies the most
- * restrictive answer of all installed filters.
+ * requests, the signals and the rlimit the time limits rely on, page
+ * cache and futex variants that reach other sandboxes): libseccomp cannot
+ * express "allow ioctl except TIOCSTI" in one filter with a 32-bit safe
+ * comparison, and the kernel applies the most restrictive answer of all
+ * installed filters.
  *
  * The filters are compiled once in the manager and exported as BPF; the
  * sandbox only hands the ready programs to the kernel.
@@ -22,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
+#include <linux/futex.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -63,6 +65,10 @@ typedef struct {
 
 /* the low 32 bits equal v: how the kernel reads an int argument */
 #define RLM_IS(v)          SCMP_CMP_MASKED_EQ, 0xffffffffUL, (v)
+/* any bit set, high bits included (refusing more is harmless) */
+#define RLM_NONZERO        SCMP_CMP_NE, 0, 0
+/* the given bit is clear */
+#define RLM_WITHOUT(bit)   SCMP_CMP_MASKED_EQ, (bit), 0
 
 
 /* allowed without conditions */
@@ -79,8 +85,8 @@ static const char *rlm_seccomp_allow[] = {
     "renameat2", "link", "linkat", "symlink", "symlinkat", "chmod",
     "fchmod", "fchmodat", "chown", "fchown", "fchownat", "lchown", "umask",
     "utime", "utimes", "utimensat", "futimesat", "pipe", "pipe2",
-    "copy_file_range", "sendfile", "splice", "tee", "fadvise64",
-    "readahead", "sync_file_range", "ioctl",
+    "copy_file_range", "sendfile", "splice", "tee", "sync_file_range",
+    "ioctl",
 
     /* waiting */
     "select", "pselect6", "poll", "ppoll", "epoll_create", "epoll_create1",
@@ -114,7 +120,7 @@ static const char *rlm_seccomp_allow[] = {
     "sched_get_priority_min", "sched_rr_get_interval", "capget",
 
     /* memory (mmap and mprotect are conditional, below) */
-    "brk", "munmap", "mremap", "madvise", "mincore", "msync",
+    "brk", "munmap", "mremap", "madvise", "msync",
 
     /* threads */
     "futex", "set_robust_list", "set_tid_address", "rseq",
@@ -134,6 +140,22 @@ static const char *rlm_seccomp_eperm[] = {
     "sched_setaffinity", "mlock", "mlock2", "mlockall", "munlock",
     "munlockall", "inotify_init", "inotify_init1", "inotify_add_watch",
     "inotify_rm_watch",
+    NULL
+};
+
+
+/*
+ * Page cache hints, refused with EPERM.  The read-only files every jail
+ * shares (the stdlib, the libraries) have one page cache on the host, so
+ * its state is a covert channel between sessions: A evicts pages of a
+ * shared file (fadvise DONTNEED), B tests which are resident (preadv2
+ * with RWF_NOWAIT, mincore); measured: 32-bit messages came through
+ * exactly.  readahead only loads pages, but nothing needs it either.
+ * preadv2/pwritev2 with flags and madvise COLD/PAGEOUT are refused in
+ * the second filter.  No Python module of the stdlib calls these.
+ */
+static const char *rlm_seccomp_pagecache[] = {
+    "fadvise64", "readahead", "mincore",
     NULL
 };
 
@@ -227,7 +249,8 @@ rlm_seccomp_rules(scmp_filter_ctx ctx, int allow_threads)
         || rlm_seccomp_names(ctx, rlm_seccomp_enotsup,
                              SCMP_ACT_ERRNO(EOPNOTSUPP)) != 0
         || rlm_seccomp_names(ctx, rlm_seccomp_enolck,
-                             SCMP_ACT_ERRNO(ENOLCK)) != 0)
+                             SCMP_ACT_ERRNO(ENOLCK)) != 0
+        || rlm_seccomp_names(ctx, rlm_seccomp_pagecache, eperm) != 0)
     {
         return -1;
     }
@@ -403,6 +426,35 @@ static const rlm_seccomp_guard_t  rlm_seccomp_limit_guards[] = {
 };
 
 
+/*
+ * Variants of allowed calls that reach state other sandboxes share.
+ *
+ * - preadv2/pwritev2 with flags: RWF_NOWAIT fails with EAGAIN when a
+ *   page is not in the page cache, which tells another session's reads
+ *   or evictions of a shared file apart.  flags is argument 5 on x86_64
+ *   (fd, iov, iovcnt, pos_l, pos_h, flags); with flags 0 they are plain
+ *   preadv/pwritev.
+ * - madvise COLD and PAGEOUT push pages of a mapping out of memory (the
+ *   kernel already limits them to files the caller may write; refused
+ *   anyway, nothing here needs them).
+ * - futex without FUTEX_PRIVATE_FLAG: the key of a shared futex on a
+ *   file page is the file and offset, so a sandbox waiting on a word of
+ *   a shared library or stdlib page is woken by another sandbox's wake
+ *   on the same word (measured: FUTEX_WAKE in one session returned 1 and
+ *   ended a FUTEX_WAIT in another).  glibc and CPython use only private
+ *   futexes in a process that cannot fork (pthread_join is the one
+ *   shared waiter in glibc, and CPython's threads are detached).  ENOSYS,
+ *   as for other futex operations a kernel does not offer.
+ */
+static const rlm_seccomp_guard_t  rlm_seccomp_channel_guards[] = {
+    { SCMP_SYS(preadv2), EPERM, 5, RLM_NONZERO, -1 },
+    { SCMP_SYS(pwritev2), EPERM, 5, RLM_NONZERO, -1 },
+    { SCMP_SYS(madvise), EPERM, 2, RLM_IS(MADV_COLD), -1 },
+    { SCMP_SYS(madvise), EPERM, 2, RLM_IS(MADV_PAGEOUT), -1 },
+    { SCMP_SYS(futex), ENOSYS, 1, RLM_WITHOUT(FUTEX_PRIVATE_FLAG), -1 },
+};
+
+
 static int
 rlm_seccomp_guards(scmp_filter_ctx ctx, const rlm_seccomp_guard_t *g,
     size_t n)
@@ -446,7 +498,10 @@ rlm_seccomp_arg_rules(scmp_filter_ctx ctx)
 
     if (rlm_seccomp_guards(ctx, rlm_seccomp_limit_guards,
                            sizeof(rlm_seccomp_limit_guards)
-                           / sizeof(rlm_seccomp_limit_guards[0])) != 0)
+                           / sizeof(rlm_seccomp_limit_guards[0])) != 0
+        || rlm_seccomp_guards(ctx, rlm_seccomp_channel_guards,
+                              sizeof(rlm_seccomp_channel_guards)
+                              / sizeof(rlm_seccomp_channel_guards[0])) != 0)
     {
         return -1;
     }
