@@ -187,6 +187,9 @@ typedef struct {
     char                   cg_memory[512];  /* parent cgroup dirs; on v2 */
     char                   cg_pids[512];    /* all three are the same   */
     char                   cg_cpu[512];     /* directory                */
+    char                   cg_cpuacct[512]; /* v1 cpuacct parent ("" on
+                                               v2 or without cpuacct;
+                                               cg_cpu if mounted with it) */
     int                    has_memsw;       /* v1 memory.memsw.* exist */
     int                    has_swap_max;    /* v2 memory.swap.max exists */
     unsigned               fork_count;
@@ -269,6 +272,23 @@ int rlm_jail_release(rlm_jail_conf_t *conf, const char *name);
 
 /* number of processes in cgroup <name> (-1 if it does not exist) */
 int rlm_jail_count(rlm_jail_conf_t *conf, const char *name);
+
+/*
+ * SIGKILL every process of cgroup <name> now, without waiting for them
+ * and without removing the cgroup (rlm_jail_release() does that after
+ * the reap).  Processes signalled (0 when v2's cgroup.kill did it), or -1.
+ */
+int rlm_jail_kill(rlm_jail_conf_t *conf, const char *name);
+
+/*
+ * CPU time used so far by the whole sandbox <name> (every process and
+ * thread that has been in its cgroup), in microseconds: v2 cpu.stat
+ * usage_usec, v1 cpuacct.usage.  0, or -1 (errno ENOTSUP: no CPU
+ * accounting on this host, the caller may sum /proc instead; others:
+ * the cgroup is gone).
+ */
+int rlm_jail_cpu_usage(rlm_jail_conf_t *conf, const char *name,
+    uint64_t *usec);
 
 /*
  * At manager exit: kill and remove every sandbox cgroup and the parent,
