@@ -857,13 +857,40 @@ netns_battery(void)
 }
 
 
+/*
+ * Whether this host runs i386 system calls at all: some hypervisors and
+ * kernels (ia32_emulation=0) answer int 0x80 with SIGSEGV before any
+ * filter sees it.  Tried outside the jail, in a throw-away child.
+ */
+static int
+i386_abi_available(void)
+{
+    int    status;
+    pid_t  pid;
+
+    pid = fork();
+    if (pid == 0) {
+        f_i386();
+        _exit(0);
+    }
+
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        return 1;
+    }
+
+    return !(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
+}
+
+
 static void
 fatal_battery(void)
 {
     size_t  i;
-    int     fd, status;
+    int     fd, status, want, i386;
     char    name[64];
     pid_t   pid;
+
+    i386 = i386_abi_available();
 
     for (i = 0; i < sizeof(fatals) / sizeof(fatals[0]); i++) {
         snprintf(name, sizeof(name), "selftest-fatal-%zu", i);
@@ -872,9 +899,14 @@ fatal_battery(void)
         relay(fd, fatals[i].name);
         waitpid(pid, &status, 0);
 
-        result(WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS,
-               "%s kills the sandbox with SIGSYS (status 0x%x)",
-               fatals[i].name, status);
+        /* without the i386 entry the call never reaches the filter */
+        want = (fatals[i].run == f_i386 && !i386) ? SIGSEGV : SIGSYS;
+
+        result(WIFSIGNALED(status) && WTERMSIG(status) == want,
+               "%s kills the sandbox with %s (status 0x%x)%s",
+               fatals[i].name, want == SIGSYS ? "SIGSYS" : "SIGSEGV",
+               status, want == SIGSEGV ? " (this host has no i386 ABI)"
+                                       : "");
 
         (void) rlm_jail_release(&conf, name);
     }
