@@ -187,6 +187,11 @@ rlm_cpu_timer_create(void)
 
     rlm_cpu_timer_ok = (timer_create(CLOCK_PROCESS_CPUTIME_ID, &sev,
                                      &rlm_cpu_timer) == 0);
+
+    if (!rlm_cpu_timer_ok) {
+        rlm_log("sandbox %d: no per-cell CPU timer: %s", (int) getpid(),
+                strerror(errno));
+    }
 }
 
 
