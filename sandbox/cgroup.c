@@ -5,6 +5,10 @@
  *
  * The parent is created under the manager's own cgroup, so whatever limits
  * the host put on the manager also bound its sandboxes.
+ *
+ * On v1 a sandbox also gets a cgroup in the cpuacct hierarchy when that
+ * one is mounted on its own (with cpu, it shares the cpu cgroup): the
+ * manager reads there how much CPU the whole sandbox has used.
  */
 
 #include <dirent.h>
@@ -40,6 +44,7 @@ static int rlm_cg_v2_try(rlm_jail_conf_t *conf, const char *anchor,
     int may_move, char *err, size_t errlen);
 static int rlm_cg_v2_init(rlm_jail_conf_t *conf, char *err, size_t errlen);
 static void rlm_cg_sleep_ms(unsigned ms);
+static int rlm_cg_acct_own(rlm_jail_conf_t *conf);
 
 
 static int
@@ -532,10 +537,21 @@ rlm_cg_v2_init(rlm_jail_conf_t *conf, char *err, size_t errlen)
 }
 
 
+/* v1 only: the sandboxes' cpuacct cgroups are a hierarchy of their own */
+
+static int
+rlm_cg_acct_own(rlm_jail_conf_t *conf)
+{
+    return conf->cgroup_version == RLM_CGROUP_V1
+           && conf->cg_cpuacct[0] != '\0'
+           && strcmp(conf->cg_cpuacct, conf->cg_cpu) != 0;
+}
+
+
 int
 rlm_cgroup_init(rlm_jail_conf_t *conf, char *err, size_t errlen)
 {
-    char  mount[RLM_CG_PATH];
+    char  mount[RLM_CG_PATH], cpu_mount[RLM_CG_PATH];
 
     if (rlm_cg_exists(conf->cgroup_root, "cgroup.controllers")) {
         conf->cgroup_version = RLM_CGROUP_V2;
@@ -567,11 +583,26 @@ rlm_cgroup_init(rlm_jail_conf_t *conf, char *err, size_t errlen)
         return -1;
     }
 
-    if (rlm_cg_v1_mount("cpu", mount, sizeof(mount)) != 0
-        || rlm_cg_parent_dir(mount, "cpu", conf->cgroup_name,
+    if (rlm_cg_v1_mount("cpu", cpu_mount, sizeof(cpu_mount)) != 0
+        || rlm_cg_parent_dir(cpu_mount, "cpu", conf->cgroup_name,
                              conf->cg_cpu, sizeof(conf->cg_cpu)) != 0)
     {
         conf->cg_cpu[0] = '\0';
+    }
+
+    /* CPU usage: in the cpu cgroup when mounted with it, else its own */
+
+    if (rlm_cg_v1_mount("cpuacct", mount, sizeof(mount)) != 0) {
+        conf->cg_cpuacct[0] = '\0';
+
+    } else if (conf->cg_cpu[0] != '\0' && strcmp(mount, cpu_mount) == 0) {
+        memcpy(conf->cg_cpuacct, conf->cg_cpu, sizeof(conf->cg_cpuacct));
+
+    } else if (rlm_cg_parent_dir(mount, "cpuacct", conf->cgroup_name,
+                                 conf->cg_cpuacct,
+                                 sizeof(conf->cg_cpuacct)) != 0)
+    {
+        conf->cg_cpuacct[0] = '\0';
     }
 
     rlm_cg_remove_children(conf->cg_memory, 0, NULL);
@@ -579,6 +610,15 @@ rlm_cgroup_init(rlm_jail_conf_t *conf, char *err, size_t errlen)
 
     if (conf->cg_cpu[0] != '\0') {
         rlm_cg_remove_children(conf->cg_cpu, 0, NULL);
+    }
+
+    if (rlm_cg_acct_own(conf)) {
+        rlm_cg_remove_children(conf->cg_cpuacct, 0, NULL);
+
+        if (rlm_cg_mkdir(conf->cg_cpuacct) != 0) {
+            /* the manager then sums /proc for a sandbox's CPU usage */
+            conf->cg_cpuacct[0] = '\0';
+        }
     }
 
     if (rlm_cg_mkdir(conf->cg_memory) != 0
@@ -620,14 +660,15 @@ rlm_cgroup_create(rlm_jail_conf_t *conf, const char *name,
 {
     int         v2;
     char        mem[RLM_CG_PATH], pids[RLM_CG_PATH], cpu[RLM_CG_PATH];
-    char        val[64];
+    char        acct[RLM_CG_PATH], val[64];
     const char  *what;
 
     v2 = (conf->cgroup_version == RLM_CGROUP_V2);
 
     if (rlm_cg_dir(mem, sizeof(mem), conf->cg_memory, name) != 0
         || rlm_cg_dir(pids, sizeof(pids), conf->cg_pids, name) != 0
-        || rlm_cg_dir(cpu, sizeof(cpu), conf->cg_cpu, name) != 0)
+        || rlm_cg_dir(cpu, sizeof(cpu), conf->cg_cpu, name) != 0
+        || rlm_cg_dir(acct, sizeof(acct), conf->cg_cpuacct, name) != 0)
     {
         snprintf(err, errlen, "cgroup path too long");
         return -1;
@@ -644,6 +685,9 @@ rlm_cgroup_create(rlm_jail_conf_t *conf, const char *name,
             goto failed;
         }
         if (cpu[0] != '\0' && rlm_cg_mkdir(cpu) != 0) {
+            goto failed;
+        }
+        if (rlm_cg_acct_own(conf) && rlm_cg_mkdir(acct) != 0) {
             goto failed;
         }
     }
@@ -782,6 +826,14 @@ rlm_cgroup_join(rlm_jail_conf_t *conf, const char *name)
         }
     }
 
+    if (rlm_cg_acct_own(conf)) {
+        if (rlm_cg_dir(dir, sizeof(dir), conf->cg_cpuacct, name) != 0
+            || rlm_cg_write(dir, "cgroup.procs", "0") != 0)
+        {
+            return -1;
+        }
+    }
+
     return 0;
 }
 
@@ -814,6 +866,13 @@ rlm_cgroup_destroy(rlm_jail_conf_t *conf, const char *name)
 
     if (rlm_cg_dir(dir, sizeof(dir), conf->cg_cpu, name) == 0
         && dir[0] != '\0' && rlm_cg_kill_remove(dir, 0) != 0)
+    {
+        rc = -1;
+    }
+
+    if (rlm_cg_acct_own(conf)
+        && rlm_cg_dir(dir, sizeof(dir), conf->cg_cpuacct, name) == 0
+        && rlm_cg_kill_remove(dir, 0) != 0)
     {
         rc = -1;
     }
@@ -881,6 +940,115 @@ rlm_cgroup_count(rlm_jail_conf_t *conf, const char *name)
 }
 
 
+/*
+ * SIGKILL to every process of the sandbox's cgroup, without waiting and
+ * without removing it (that is rlm_cgroup_destroy's job once the manager
+ * has reaped the sandbox).  v2 uses cgroup.kill when the kernel has it;
+ * otherwise each pid of cgroup.procs (the memory hierarchy holds every
+ * process of a sandbox on v1).  Returns how many processes were
+ * signalled (0 for cgroup.kill), -1 if there is no such cgroup.
+ */
+
+int
+rlm_cgroup_kill(rlm_jail_conf_t *conf, const char *name)
+{
+    int      count;
+    char     dir[RLM_CG_PATH], buf[8192], *p, *end;
+    long     pid;
+
+    if (rlm_cg_dir(dir, sizeof(dir), conf->cg_memory, name) != 0
+        || dir[0] == '\0')
+    {
+        return -1;
+    }
+
+    if (conf->cgroup_version == RLM_CGROUP_V2
+        && rlm_cg_write(dir, "cgroup.kill", "1") == 0)
+    {
+        return 0;
+    }
+
+    if (rlm_cg_read(dir, "cgroup.procs", buf, sizeof(buf)) < 0) {
+        return -1;
+    }
+
+    count = 0;
+
+    for (p = buf; *p != '\0'; p = end) {
+        pid = strtol(p, &end, 10);
+        if (end == p) {
+            break;
+        }
+        if (pid > 0 && kill((pid_t) pid, SIGKILL) == 0) {
+            count++;
+        }
+    }
+
+    return count;
+}
+
+
+/*
+ * CPU time used so far by every process that has been in the sandbox's
+ * cgroup, in microseconds: v2 cpu.stat usage_usec (present whether or
+ * not the cpu controller is enabled), v1 cpuacct.usage (nanoseconds).
+ * -1 with errno ENOTSUP when there is no such accounting here.
+ */
+
+int
+rlm_cgroup_cpu_usage(rlm_jail_conf_t *conf, const char *name,
+    uint64_t *usec)
+{
+    char        dir[RLM_CG_PATH], buf[1024], *p, *end;
+    uint64_t    v;
+    const char  *parent, *file;
+
+    if (conf->cgroup_version == RLM_CGROUP_V2) {
+        parent = conf->cg_memory;
+        file = "cpu.stat";
+
+    } else {
+        parent = conf->cg_cpuacct;
+        file = "cpuacct.usage";
+    }
+
+    if (parent[0] == '\0') {
+        errno = ENOTSUP;
+        return -1;
+    }
+
+    if (rlm_cg_dir(dir, sizeof(dir), parent, name) != 0
+        || rlm_cg_read(dir, file, buf, sizeof(buf)) <= 0)
+    {
+        return -1;
+    }
+
+    p = buf;
+
+    if (conf->cgroup_version == RLM_CGROUP_V2) {
+        /* "usage_usec N" is the first line; look for it anyway */
+        p = strstr(buf, "usage_usec ");
+        if (p == NULL || (p != buf && p[-1] != '\n')) {
+            errno = EINVAL;
+            return -1;
+        }
+        p += sizeof("usage_usec ") - 1;
+    }
+
+    errno = 0;
+    v = strtoull(p, &end, 10);
+
+    if (end == p || errno != 0) {
+        errno = EINVAL;
+        return -1;
+    }
+
+    *usec = (conf->cgroup_version == RLM_CGROUP_V2) ? v : v / 1000;
+
+    return 0;
+}
+
+
 void
 rlm_cgroup_cleanup(rlm_jail_conf_t *conf)
 {
@@ -900,6 +1068,11 @@ rlm_cgroup_cleanup(rlm_jail_conf_t *conf)
     if (conf->cg_pids[0] != '\0') {
         rlm_cg_remove_children(conf->cg_pids, 0, NULL);
         (void) rmdir(conf->cg_pids);
+    }
+
+    if (rlm_cg_acct_own(conf)) {
+        rlm_cg_remove_children(conf->cg_cpuacct, 0, NULL);
+        (void) rmdir(conf->cg_cpuacct);
     }
 
     if (conf->cg_cpu[0] != '\0') {

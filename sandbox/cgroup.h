@@ -16,6 +16,9 @@ int rlm_cgroup_join(rlm_jail_conf_t *conf, const char *name);
 int rlm_cgroup_destroy(rlm_jail_conf_t *conf, const char *name);
 int rlm_cgroup_oom_killed(rlm_jail_conf_t *conf, const char *name);
 int rlm_cgroup_count(rlm_jail_conf_t *conf, const char *name);
+int rlm_cgroup_kill(rlm_jail_conf_t *conf, const char *name);
+int rlm_cgroup_cpu_usage(rlm_jail_conf_t *conf, const char *name,
+    uint64_t *usec);
 void rlm_cgroup_cleanup(rlm_jail_conf_t *conf);
 
 

@@ -955,6 +955,30 @@ rlm_jail_count(rlm_jail_conf_t *conf, const char *name)
 }
 
 
+int
+rlm_jail_kill(rlm_jail_conf_t *conf, const char *name)
+{
+    if (!rlm_jail_name_ok(name)) {
+        errno = EINVAL;
+        return -1;
+    }
+
+    return rlm_cgroup_kill(conf, name);
+}
+
+
+int
+rlm_jail_cpu_usage(rlm_jail_conf_t *conf, const char *name, uint64_t *usec)
+{
+    if (!rlm_jail_name_ok(name)) {
+        errno = EINVAL;
+        return -1;
+    }
+
+    return rlm_cgroup_cpu_usage(conf, name, usec);
+}
+
+
 void
 rlm_jail_cleanup(rlm_jail_conf_t *conf)
 {

@@ -75,9 +75,15 @@
  *     memfd_create is EPERM.  Lazily imported extension modules therefore
  *     still load (lib-dynload is bound read-only), but importing everything
  *     the runtime needs in the zygote is faster and recommended;
- *   - setitimer, timer_create, alarm, rt_sig*, setrlimit/prlimit64 on self
- *     (the runtime may lower or raise RLIMIT_CPU soft up to the hard limit
- *     for a per-cell CPU budget: SIGXCPU is delivered at the soft limit);
+ *   - setitimer, timer_create, alarm, rt_sig*, setrlimit/prlimit64 on self;
+ *     but the dispositions of SIGALRM, SIGXCPU and SIGUSR1 cannot be
+ *     changed and RLIMIT_CPU cannot be set (EPERM): the runtime installs
+ *     its handlers before the jail and times a cell's CPU with a POSIX
+ *     CPU-clock timer (timer_create), never with the soft RLIMIT_CPU;
+ *   - fadvise64, readahead, mincore, preadv2/pwritev2 with flags, madvise
+ *     COLD/PAGEOUT answer EPERM and futexes without FUTEX_PRIVATE_FLAG
+ *     ENOSYS: page cache and shared futex keys of the files all jails
+ *     share would be covert channels between sessions;
  *   - flock() and fcntl record locks (F_GETLK/SETLK/OFD_*) answer ENOLCK,
  *     F_NOTIFY and leases EPERM: on the read-only files all jails share
  *     they would be covert channels between sessions;
@@ -181,6 +187,9 @@ typedef struct {
     char                   cg_memory[512];  /* parent cgroup dirs; on v2 */
     char                   cg_pids[512];    /* all three are the same   */
     char                   cg_cpu[512];     /* directory                */
+    char                   cg_cpuacct[512]; /* v1 cpuacct parent ("" on
+                                               v2 or without cpuacct;
+                                               cg_cpu if mounted with it) */
     int                    has_memsw;       /* v1 memory.memsw.* exist */
     int                    has_swap_max;    /* v2 memory.swap.max exists */
     unsigned               fork_count;
@@ -199,9 +208,10 @@ typedef struct {
     unsigned    as_mb;          /* RLIMIT_AS (0: memory_mb + 512, or none
                                    when memory_mb is 0) */
     unsigned    pids;           /* pids cgroup + RLIMIT_NPROC (threads) */
-    unsigned    cpu_s;          /* RLIMIT_CPU hard, whole sandbox life
-                                   (0: none); per-cell budgets are the
-                                   runtime's job via the soft limit */
+    unsigned    cpu_s;          /* RLIMIT_CPU soft = hard, whole sandbox
+                                   life (0: none); per-cell budgets are
+                                   the runtime's job (a CPU-clock timer)
+                                   and the manager's */
     unsigned    cpu_pct;        /* cfs quota, 100 = one core (0: none) */
     unsigned    cpu_weight;     /* v2 cpu.weight 1..10000 / v1 shares
                                    = weight * 1024 / 100 (0: default) */
@@ -262,6 +272,23 @@ int rlm_jail_release(rlm_jail_conf_t *conf, const char *name);
 
 /* number of processes in cgroup <name> (-1 if it does not exist) */
 int rlm_jail_count(rlm_jail_conf_t *conf, const char *name);
+
+/*
+ * SIGKILL every process of cgroup <name> now, without waiting for them
+ * and without removing the cgroup (rlm_jail_release() does that after
+ * the reap).  Processes signalled (0 when v2's cgroup.kill did it), or -1.
+ */
+int rlm_jail_kill(rlm_jail_conf_t *conf, const char *name);
+
+/*
+ * CPU time used so far by the whole sandbox <name> (every process and
+ * thread that has been in its cgroup), in microseconds: v2 cpu.stat
+ * usage_usec, v1 cpuacct.usage.  0, or -1 (errno ENOTSUP: no CPU
+ * accounting on this host, the caller may sum /proc instead; others:
+ * the cgroup is gone).
+ */
+int rlm_jail_cpu_usage(rlm_jail_conf_t *conf, const char *name,
+    uint64_t *usec);
 
 /*
  * At manager exit: kill and remove every sandbox cgroup and the parent,

@@ -3,6 +3,7 @@
  * closed, PDEATHSIG.  No isolation at all; never use it in production.
  */
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
@@ -98,6 +99,29 @@ rlm_jail_count(rlm_jail_conf_t *conf, const char *name)
 {
     (void) conf;
     (void) name;
+    return -1;
+}
+
+
+/* no cgroup: the manager kills by pid and sums /proc */
+
+int
+rlm_jail_kill(rlm_jail_conf_t *conf, const char *name)
+{
+    (void) conf;
+    (void) name;
+    errno = ENOENT;
+    return -1;
+}
+
+
+int
+rlm_jail_cpu_usage(rlm_jail_conf_t *conf, const char *name, uint64_t *usec)
+{
+    (void) conf;
+    (void) name;
+    (void) usec;
+    errno = ENOTSUP;
     return -1;
 }
 

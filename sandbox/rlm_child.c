@@ -13,9 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <poll.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include "rlm_sandboxd.h"
 #include "rlm_frame.h"
@@ -36,6 +36,9 @@ static int                    rlm_conn = -1;
 static int                    rlm_conn_broken;
 static uint32_t               rlm_blob_len;
 static uint32_t               rlm_max_blob = RLM_FRAME_BLOB_MAX;
+
+static timer_t                rlm_cpu_timer;
+static int                    rlm_cpu_timer_ok;
 
 static volatile sig_atomic_t  rlm_armed;
 static volatile sig_atomic_t  rlm_fired;
@@ -84,7 +87,7 @@ rlm_on_alarm(int signo)
 }
 
 
-/* the kernel repeats SIGXCPU every CPU second past the soft limit */
+/* the CPU timer repeats SIGXCPU every CPU second past the budget */
 static void
 rlm_on_xcpu(int signo)
 {
@@ -163,31 +166,52 @@ rlm_child_install_signals(void)
 }
 
 
+/*
+ * The per-cell CPU budget: a timer on the process's CPU clock (all its
+ * threads) that sends SIGXCPU when the cell has used cpu_s seconds, then
+ * every CPU second, like the soft RLIMIT_CPU did.  It is made in the
+ * child before the jail and armed around each cell; the rlimit itself is
+ * left alone after the jail, so the seccomp filter can refuse every
+ * change of RLIMIT_CPU (a cell that raised its soft limit escaped the
+ * budget).  Without the timer the cell runs under the manager's limits
+ * only.
+ */
 static void
-rlm_cpu_soft(unsigned cpu_s)
+rlm_cpu_timer_create(void)
 {
-    struct rlimit  rl;
-    struct rusage  ru;
-    rlim_t         used;
+    struct sigevent  sev;
 
-    if (getrlimit(RLIMIT_CPU, &rl) != 0) {
+    memset(&sev, 0, sizeof(sev));
+    sev.sigev_notify = SIGEV_SIGNAL;
+    sev.sigev_signo = SIGXCPU;
+
+    rlm_cpu_timer_ok = (timer_create(CLOCK_PROCESS_CPUTIME_ID, &sev,
+                                     &rlm_cpu_timer) == 0);
+
+    if (!rlm_cpu_timer_ok) {
+        rlm_log("sandbox %d: no per-cell CPU timer: %s", (int) getpid(),
+                strerror(errno));
+    }
+}
+
+
+static void
+rlm_cpu_timer_set(unsigned cpu_s)
+{
+    struct itimerspec  its;
+
+    if (!rlm_cpu_timer_ok) {
         return;
     }
 
-    if (cpu_s == 0) {
-        rl.rlim_cur = rl.rlim_max;
+    memset(&its, 0, sizeof(its));
 
-    } else {
-        getrusage(RUSAGE_SELF, &ru);
-        used = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1;
-        rl.rlim_cur = used + cpu_s;
-
-        if (rl.rlim_max != RLIM_INFINITY && rl.rlim_cur > rl.rlim_max) {
-            rl.rlim_cur = rl.rlim_max;
-        }
+    if (cpu_s > 0) {
+        its.it_value.tv_sec = cpu_s;
+        its.it_interval.tv_sec = 1;
     }
 
-    setrlimit(RLIMIT_CPU, &rl);
+    timer_settime(rlm_cpu_timer, 0, &its, NULL);
 }
 
 
@@ -211,7 +235,7 @@ rlm_py_run(PyObject *self, PyObject *args)
     rlm_wall_hits = 0;
     rlm_cpu_hits = 0;
 
-    rlm_cpu_soft(cpu_s);
+    rlm_cpu_timer_set(cpu_s);
     rlm_armed = 1;
     rlm_set_timer(wall_ms > 0 ? wall_ms : 1);
 
@@ -219,7 +243,7 @@ rlm_py_run(PyObject *self, PyObject *args)
 
     rlm_armed = 0;
     rlm_set_timer(0);
-    rlm_cpu_soft(0);
+    rlm_cpu_timer_set(0);
 
     /* a trip that raced the end of the cell: the handler now ignores it */
 
@@ -591,6 +615,9 @@ rlm_child_main(rlm_conf_t *conf, const rlm_jail_limits_t *jl,
     signal(SIGPIPE, SIG_IGN);
 
     PyOS_AfterFork_Child();
+
+    /* timers are not inherited: each sandbox makes its own */
+    rlm_cpu_timer_create();
 
     rlm_max_blob = conf->max_blob;
 

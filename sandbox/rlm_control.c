@@ -2,7 +2,8 @@
  * The control socket: non-blocking clients, frames parsed from a per-client
  * buffer, one reply per request in order.  A release is answered only once
  * the sandbox is reaped (so "ok" means nothing is left running); meanwhile
- * that client's later requests wait, other clients are served.
+ * that client's later requests wait, other clients are served.  kill and
+ * watch carry the limits the host enforces from outside the sandbox.
  */
 
 #include <errno.h>
@@ -19,6 +20,7 @@
 
 #include "rlm_manager.h"
 #include "rlm_frame.h"
+#include "rlm_watch.h"
 
 
 #define RLM_MAX_CLIENTS      1024
@@ -454,13 +456,14 @@ rlm_op_status(json_t *req)
                          id ? id : "");
     }
 
-    if (sb->state == RLM_SB_LIVE) {
+    if (rlm_pool_running(sb)) {
         return json_pack("{s:b,s:b,s:i,s:s,s:b}", "ok", 1, "alive", 1,
                          "pid", (int) sb->pid, "session", sb->session,
                          "warm", sb->warm);
     }
 
-    if (sb->state == RLM_SB_DYING) {
+    /* being released, or killed and not reaped yet */
+    if (sb->state != RLM_SB_DEAD) {
         return json_pack("{s:b,s:b,s:s}", "ok", 1, "alive", 0,
                          "reason", sb->reason);
     }
@@ -490,10 +493,113 @@ rlm_op_interrupt(json_t *req)
                          id ? id : "");
     }
 
-    sent = (sb->state == RLM_SB_LIVE && sb->pid > 0
+    sent = (rlm_pool_running(sb) && sb->pid > 0
             && kill(sb->pid, SIGUSR1) == 0);
 
     return json_pack("{s:b,s:b}", "ok", 1, "sent", sent);
+}
+
+
+/* the sandbox a request names, or NULL with *err set to the reply */
+static rlm_sandbox_t *
+rlm_named_sandbox(json_t *req, json_t **err)
+{
+    rlm_sandbox_t  *sb;
+    const char     *id;
+
+    id = json_string_value(json_object_get(req, "sandbox"));
+    sb = id ? rlm_pool_find(id) : NULL;
+
+    if (sb == NULL) {
+        *err = rlm_error("unknown_sandbox", "no sandbox \"%.40s\"",
+                         id ? id : "");
+    }
+
+    return sb;
+}
+
+
+/*
+ * The host's hard limits, enforced here where the sandbox's code cannot
+ * reach: kill ends the sandbox and everything in it for a limit the host
+ * saw passed (its wall deadline); watch hands the manager a CPU budget to
+ * enforce itself (rlm_watch.c).
+ */
+static json_t *
+rlm_op_kill(json_t *req)
+{
+    rlm_sandbox_t  *sb;
+    const char     *reason;
+    json_t         *err;
+
+    reason = json_string_value(json_object_get(req, "reason"));
+
+    /* the record keeps a static string */
+    if (reason != NULL && strcmp(reason, "wall_limit") == 0) {
+        reason = "wall_limit";
+
+    } else if (reason != NULL && strcmp(reason, "cpu_limit") == 0) {
+        reason = "cpu_limit";
+
+    } else {
+        return rlm_error("bad_request", "%s", "kill needs a \"reason\": "
+                         "\"wall_limit\" or \"cpu_limit\"");
+    }
+
+    sb = rlm_named_sandbox(req, &err);
+    if (sb == NULL) {
+        return err;
+    }
+
+    return json_pack("{s:b,s:b}", "ok", 1, "killed",
+                     rlm_pool_kill(sb, reason));
+}
+
+
+static json_t *
+rlm_op_watch(json_t *req)
+{
+    rlm_sandbox_t  *sb;
+    json_t         *v, *err;
+    json_int_t      ms;
+
+    v = json_object_get(req, "cpu_ms");
+    ms = json_is_integer(v) ? json_integer_value(v) : 0;
+
+    if (ms < 1 || ms > RLM_WATCH_MAX_MS) {
+        return rlm_error("bad_request", "%s", "watch needs \"cpu_ms\": an "
+                         "integer of 1..86400000");
+    }
+
+    sb = rlm_named_sandbox(req, &err);
+    if (sb == NULL) {
+        return err;
+    }
+
+    /* a dead sandbox needs no watch: it uses no CPU */
+    if (rlm_pool_running(sb) && rlm_watch_start(sb, (uint64_t) ms) != 0) {
+        return rlm_error("internal", "%s", "cannot read the sandbox's CPU "
+                         "usage");
+    }
+
+    return json_pack("{s:b}", "ok", 1);
+}
+
+
+static json_t *
+rlm_op_unwatch(json_t *req)
+{
+    rlm_sandbox_t  *sb;
+    json_t         *err;
+
+    sb = rlm_named_sandbox(req, &err);
+    if (sb == NULL) {
+        return err;
+    }
+
+    rlm_watch_stop(sb);
+
+    return json_pack("{s:b}", "ok", 1);
 }
 
 
@@ -577,7 +683,7 @@ rlm_op_list(json_t *seq)
         i = (resume + k) % n;
         sb = rlm_pool_find_slot((int) i);
 
-        if (sb->state != RLM_SB_LIVE) {
+        if (!rlm_pool_running(sb)) {
             continue;
         }
 
@@ -670,6 +776,18 @@ rlm_handle(unsigned idx, json_t *req, json_t *seq)
 
     if (strcmp(op, "list") == 0) {
         return rlm_op_list(seq);
+    }
+
+    if (strcmp(op, "kill") == 0) {
+        return rlm_op_kill(req);
+    }
+
+    if (strcmp(op, "watch") == 0) {
+        return rlm_op_watch(req);
+    }
+
+    if (strcmp(op, "unwatch") == 0) {
+        return rlm_op_unwatch(req);
     }
 
     if (strcmp(op, "release") == 0) {

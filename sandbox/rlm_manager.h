@@ -30,7 +30,9 @@ typedef struct {
     char            session[RLM_SESSION_LEN + 1];
     rlm_limits_t    limits;
     int             warm;
-    const char     *reason;         /* why it died */
+    const char     *reason;         /* why it died; set on a live one
+                                       that the manager killed and has
+                                       not reaped yet */
     int             signal;
     int             exit_code;
     int             waiter;         /* client waiting for release, or -1 */
@@ -75,6 +77,15 @@ rlm_sandbox_t *rlm_pool_find_slot(int slot);
 unsigned rlm_pool_nslots(void);
 /* 1: killed, reply when reaped; 2: already dying; 0: was dead, freed */
 int rlm_pool_release(rlm_sandbox_t *sb);
+/*
+ * SIGKILL a live sandbox and everything in it, recording reason (a
+ * static string) as its death reason; 1 if killed now, 0 if it was
+ * already dead, dying or killed
+ */
+int rlm_pool_kill(rlm_sandbox_t *sb, const char *reason);
+/* a live sandbox not killed yet (reason set means: dead, not reaped) */
+#define rlm_pool_running(sb)                                                 \
+    ((sb)->state == RLM_SB_LIVE && (sb)->reason == NULL)
 void rlm_pool_reap(void);
 /* fork one pool sandbox if the pool is short; 1 if more are wanted */
 int rlm_pool_refill(void);

@@ -22,6 +22,7 @@
 
 #include "rlm_manager.h"
 #include "rlm_janitor.h"
+#include "rlm_watch.h"
 
 
 #define RLM_DEAD_KEEP   1024        /* dead records kept for status */
@@ -457,12 +458,37 @@ rlm_pool_release(rlm_sandbox_t *sb)
         return 2;
     }
 
+    rlm_watch_stop(sb);
     rlm_stats.live--;
     rlm_stats.dying++;
     rlm_stats.memory_mb -= sb->limits.memory_mb;
     sb->state = RLM_SB_DYING;
     sb->reason = "released";
     kill(sb->pid, SIGKILL);
+
+    return 1;
+}
+
+
+/*
+ * The sandbox is pid 1 of its own pid namespace: SIGKILL to it makes the
+ * kernel kill everything else in the namespace.  Its cgroup is swept as
+ * well, for anything that is in the cgroup without being in the
+ * namespace.  The record stays live until the reap; from now on status
+ * reports it dead with this reason.
+ */
+int
+rlm_pool_kill(rlm_sandbox_t *sb, const char *reason)
+{
+    if (!rlm_pool_running(sb)) {
+        return 0;
+    }
+
+    sb->reason = reason;
+    rlm_watch_stop(sb);
+
+    kill(sb->pid, SIGKILL);
+    (void) rlm_jail_kill(&rlm_pconf->jail, sb->id);
 
     return 1;
 }
@@ -479,7 +505,7 @@ rlm_record_death(rlm_sandbox_t *sb, int status)
     sb->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 
     if (sb->reason != NULL) {
-        /* released or evicted by us */
+        /* released, evicted or killed by us */
 
     } else if (oom == 1) {
         sb->reason = "oom";
@@ -547,6 +573,7 @@ rlm_pool_reap(void)
 
         was_idle = (sb->state == RLM_SB_IDLE);
 
+        rlm_watch_stop(sb);
         rlm_record_death(sb, status);
         rlm_janitor_release(&rlm_pconf->jail, sb->id);
         rlm_sock_path(sb->id, path, sizeof(path));

@@ -29,6 +29,7 @@
 #include "rlm_manager.h"
 #include "rlm_janitor.h"
 #include "rlm_frame.h"
+#include "rlm_watch.h"
 
 
 #define RLM_LOCK_WAIT_MS  10000
@@ -577,7 +578,7 @@ main(int argc, char **argv)
         return 1;
     }
 
-    if (rlm_pool_init(conf) != 0) {
+    if (rlm_pool_init(conf) != 0 || rlm_watch_init(conf) != 0) {
         rlm_fatal("out of memory");
     }
 
@@ -634,6 +635,9 @@ main(int argc, char **argv)
         want = rlm_pool_wants_refill();
         timeout = want ? rlm_pool_refill_quiet_ms() : 1000;
 
+        /* CPU watches sample every RLM_WATCH_PERIOD_MS, if there are any */
+        timeout = rlm_watch_timeout(timeout);
+
         if (want && refill_due == 0) {
             refill_due = rlm_now_us() + 20000;
         }
@@ -672,6 +676,9 @@ main(int argc, char **argv)
                 break;
             }
         }
+
+        /* on every turn: a busy loop may never time out */
+        rlm_watch_check();
 
         if (!conf->keep_on_orphan && getppid() != ppid) {
             rlm_log("parent %d is gone: shutting down", (int) ppid);

@@ -9,10 +9,12 @@
  * x32 system calls kill.
  *
  * Two filters are installed.  The main one holds the policy.  The second
- * one accepts everything except a few argument values of ioctl and fcntl:
- * libseccomp cannot express "allow ioctl except TIOCSTI" in one filter
- * with a 32-bit safe comparison, and the kernel applies the most
- * restrictive answer of all installed filters.
+ * one accepts everything except a few argument values (ioctl and fcntl
+ * requests, the signals and the rlimit the time limits rely on, page
+ * cache and futex variants that reach other sandboxes): libseccomp cannot
+ * express "allow ioctl except TIOCSTI" in one filter with a 32-bit safe
+ * comparison, and the kernel applies the most restrictive answer of all
+ * installed filters.
  *
  * The filters are compiled once in the manager and exported as BPF; the
  * sandbox only hands the ready programs to the kernel.
@@ -21,15 +23,18 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
+#include <linux/futex.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "seccomp.h"
@@ -39,6 +44,31 @@ typedef struct {
     struct sock_fprog  main;
     struct sock_fprog  args;
 } rlm_seccomp_progs_t;
+
+
+/*
+ * Argument guards of the second filter: a call is refused with err when
+ * argument "arg" compares true (op with datums a and b) and, if set_arg
+ * is not -1, argument set_arg is not NULL (the call sets something; a
+ * mere query passes NULL there and stays allowed).
+ */
+
+typedef struct {
+    int                syscall;
+    int                err;
+    unsigned           arg;
+    enum scmp_compare  op;
+    scmp_datum_t       a;
+    scmp_datum_t       b;
+    int                set_arg;
+} rlm_seccomp_guard_t;
+
+/* the low 32 bits equal v: how the kernel reads an int argument */
+#define RLM_IS(v)          SCMP_CMP_MASKED_EQ, 0xffffffffUL, (v)
+/* any bit set, high bits included (refusing more is harmless) */
+#define RLM_NONZERO        SCMP_CMP_NE, 0, 0
+/* the given bit is clear */
+#define RLM_WITHOUT(bit)   SCMP_CMP_MASKED_EQ, (bit), 0
 
 
 /* allowed without conditions */
@@ -55,8 +85,8 @@ static const char *rlm_seccomp_allow[] = {
     "renameat2", "link", "linkat", "symlink", "symlinkat", "chmod",
     "fchmod", "fchmodat", "chown", "fchown", "fchownat", "lchown", "umask",
     "utime", "utimes", "utimensat", "futimesat", "pipe", "pipe2",
-    "copy_file_range", "sendfile", "splice", "tee", "fadvise64",
-    "readahead", "sync_file_range", "ioctl",
+    "copy_file_range", "sendfile", "splice", "tee", "sync_file_range",
+    "ioctl",
 
     /* waiting */
     "select", "pselect6", "poll", "ppoll", "epoll_create", "epoll_create1",
@@ -90,7 +120,7 @@ static const char *rlm_seccomp_allow[] = {
     "sched_get_priority_min", "sched_rr_get_interval", "capget",
 
     /* memory (mmap and mprotect are conditional, below) */
-    "brk", "munmap", "mremap", "madvise", "mincore", "msync",
+    "brk", "munmap", "mremap", "madvise", "msync",
 
     /* threads */
     "futex", "set_robust_list", "set_tid_address", "rseq",
@@ -110,6 +140,22 @@ static const char *rlm_seccomp_eperm[] = {
     "sched_setaffinity", "mlock", "mlock2", "mlockall", "munlock",
     "munlockall", "inotify_init", "inotify_init1", "inotify_add_watch",
     "inotify_rm_watch",
+    NULL
+};
+
+
+/*
+ * Page cache hints, refused with EPERM.  The read-only files every jail
+ * shares (the stdlib, the libraries) have one page cache on the host, so
+ * its state is a covert channel between sessions: A evicts pages of a
+ * shared file (fadvise DONTNEED), B tests which are resident (preadv2
+ * with RWF_NOWAIT, mincore); measured: 32-bit messages came through
+ * exactly.  readahead only loads pages, but nothing needs it either.
+ * preadv2/pwritev2 with flags and madvise COLD/PAGEOUT are refused in
+ * the second filter.  No Python module of the stdlib calls these.
+ */
+static const char *rlm_seccomp_pagecache[] = {
+    "fadvise64", "readahead", "mincore",
     NULL
 };
 
@@ -159,6 +205,8 @@ static int rlm_seccomp_names(scmp_filter_ctx ctx, const char **names,
     uint32_t action);
 static int rlm_seccomp_rules(scmp_filter_ctx ctx, int allow_threads);
 static int rlm_seccomp_arg_rules(scmp_filter_ctx ctx);
+static int rlm_seccomp_guards(scmp_filter_ctx ctx,
+    const rlm_seccomp_guard_t *g, size_t n);
 static int rlm_seccomp_export(scmp_filter_ctx ctx, struct sock_fprog *prog);
 
 
@@ -201,7 +249,8 @@ rlm_seccomp_rules(scmp_filter_ctx ctx, int allow_threads)
         || rlm_seccomp_names(ctx, rlm_seccomp_enotsup,
                              SCMP_ACT_ERRNO(EOPNOTSUPP)) != 0
         || rlm_seccomp_names(ctx, rlm_seccomp_enolck,
-                             SCMP_ACT_ERRNO(ENOLCK)) != 0)
+                             SCMP_ACT_ERRNO(ENOLCK)) != 0
+        || rlm_seccomp_names(ctx, rlm_seccomp_pagecache, eperm) != 0)
     {
         return -1;
     }
@@ -349,11 +398,113 @@ static const struct {
 };
 
 
+/*
+ * What the time limits of a cell rely on inside the sandbox.  The wall
+ * timer ends in SIGALRM, the CPU timer in SIGXCPU, the host's interrupt
+ * is SIGUSR1, and the CPU budget of the sandbox's whole life is the hard
+ * RLIMIT_CPU.  The runtime installs its handlers for the three signals
+ * in the zygote (rlm_repl.py at import, then
+ * rlm_child_install_signals()), and the per-cell CPU timer is a POSIX
+ * CPU-clock timer, not the soft RLIMIT_CPU: once a sandbox has loaded
+ * this filter nothing legitimate changes either again.  Code that
+ * replaced the handlers (signal.signal(SIGALRM, SIG_IGN)) or raised its
+ * soft RLIMIT_CPU to the hard one used to spin on past every step taken
+ * inside the sandbox; the manager's kill and watch ops stop it anyway
+ * (docs/protocol.md), but refusing these keeps the gentle first step,
+ * which ends a cell and keeps the interpreter's state, in place.
+ * Queries (signal.getsignal(), resource.getrlimit()) stay allowed.
+ * Blocking the signals (sigprocmask) and disarming the timers cannot be
+ * told apart from the runtime's own calls by a filter: the manager
+ * covers those (docs/security.md).
+ */
+static const rlm_seccomp_guard_t  rlm_seccomp_limit_guards[] = {
+    { SCMP_SYS(rt_sigaction), EPERM, 0, RLM_IS(SIGALRM), 1 },
+    { SCMP_SYS(rt_sigaction), EPERM, 0, RLM_IS(SIGXCPU), 1 },
+    { SCMP_SYS(rt_sigaction), EPERM, 0, RLM_IS(SIGUSR1), 1 },
+    { SCMP_SYS(setrlimit), EPERM, 0, RLM_IS(RLIMIT_CPU), -1 },
+    { SCMP_SYS(prlimit64), EPERM, 1, RLM_IS(RLIMIT_CPU), 2 },
+};
+
+
+/*
+ * Variants of allowed calls that reach state other sandboxes share.
+ *
+ * - preadv2/pwritev2 with flags: RWF_NOWAIT fails with EAGAIN when a
+ *   page is not in the page cache, which tells another session's reads
+ *   or evictions of a shared file apart.  flags is argument 5 on x86_64
+ *   (fd, iov, iovcnt, pos_l, pos_h, flags); with flags 0 they are plain
+ *   preadv/pwritev.
+ * - madvise COLD and PAGEOUT push pages of a mapping out of memory (the
+ *   kernel already limits them to files the caller may write; refused
+ *   anyway, nothing here needs them).
+ * - futex without FUTEX_PRIVATE_FLAG: the key of a shared futex on a
+ *   file page is the file and offset, so a sandbox waiting on a word of
+ *   a shared library or stdlib page is woken by another sandbox's wake
+ *   on the same word (measured: FUTEX_WAKE in one session returned 1 and
+ *   ended a FUTEX_WAIT in another).  glibc and CPython use only private
+ *   futexes in a process that cannot fork (pthread_join is the one
+ *   shared waiter in glibc, and CPython's threads are detached).  ENOSYS,
+ *   as for other futex operations a kernel does not offer.
+ */
+static const rlm_seccomp_guard_t  rlm_seccomp_channel_guards[] = {
+    { SCMP_SYS(preadv2), EPERM, 5, RLM_NONZERO, -1 },
+    { SCMP_SYS(pwritev2), EPERM, 5, RLM_NONZERO, -1 },
+    { SCMP_SYS(madvise), EPERM, 2, RLM_IS(MADV_COLD), -1 },
+    { SCMP_SYS(madvise), EPERM, 2, RLM_IS(MADV_PAGEOUT), -1 },
+    { SCMP_SYS(futex), ENOSYS, 1, RLM_WITHOUT(FUTEX_PRIVATE_FLAG), -1 },
+};
+
+
+static int
+rlm_seccomp_guards(scmp_filter_ctx ctx, const rlm_seccomp_guard_t *g,
+    size_t n)
+{
+    int                  rc;
+    unsigned             ncmp;
+    struct scmp_arg_cmp  cmp[2];
+
+    for ( /* void */ ; n > 0; n--, g++) {
+        cmp[0].arg = g->arg;
+        cmp[0].op = g->op;
+        cmp[0].datum_a = g->a;
+        cmp[0].datum_b = g->b;
+        ncmp = 1;
+
+        if (g->set_arg >= 0) {
+            cmp[1].arg = g->set_arg;
+            cmp[1].op = SCMP_CMP_NE;
+            cmp[1].datum_a = 0;
+            cmp[1].datum_b = 0;
+            ncmp = 2;
+        }
+
+        rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(g->err), g->syscall,
+                                    ncmp, cmp);
+        if (rc != 0) {
+            errno = -rc;
+            return -1;
+        }
+    }
+
+    return 0;
+}
+
+
 static int
 rlm_seccomp_arg_rules(scmp_filter_ctx ctx)
 {
     int     rc;
     size_t  i;
+
+    if (rlm_seccomp_guards(ctx, rlm_seccomp_limit_guards,
+                           sizeof(rlm_seccomp_limit_guards)
+                           / sizeof(rlm_seccomp_limit_guards[0])) != 0
+        || rlm_seccomp_guards(ctx, rlm_seccomp_channel_guards,
+                              sizeof(rlm_seccomp_channel_guards)
+                              / sizeof(rlm_seccomp_channel_guards[0])) != 0)
+    {
+        return -1;
+    }
 
     for (i = 0; i < sizeof(rlm_seccomp_arg_refused)
                     / sizeof(rlm_seccomp_arg_refused[0]); i++)

@@ -306,6 +306,21 @@ my @ATTACKS = (
         is($r->{status}, 'timeout', "$n: status timeout");
         is($r->{error}{ename}, 'TimeoutError', "$n: TimeoutError raised");
     }],
+    # switch the time limits off from inside: every change refused, and
+    # the CPU limit still ends the cell (a failing run is capped by
+    # session_cpu_s instead of spinning for an hour)
+    ['time_limit_tamper.py' => sub {
+        my ($r, $n) = @_;
+        is($r->{status}, 'timeout', "$n: status timeout");
+        like($r->{error}{evalue} // '', qr/CPU time limit/,
+             "$n: the CPU limit still fired");
+        is($r->{stdout},
+           "SIGALRM PermissionError 1\nSIGXCPU PermissionError 1\n"
+           . "SIGUSR1 PermissionError 1\nsiginterrupt PermissionError 1\n"
+           . "setrlimit ValueError None\nprlimit PermissionError 1\n"
+           . "raw setrlimit -1 1\nhandler kept _on_timer\n",
+           "$n: handlers and RLIMIT_CPU could not be changed");
+    }, {session_cpu_s => 20, wall_ms => 30000}],
     ['cpu_spin_c.py' => sub {
         my ($r, $n) = @_;
         is($r->{status}, 'timeout', "$n: status timeout");
@@ -471,6 +486,21 @@ my @ATTACKS = (
     ['lock_channel.py' =>
         err_is('OSError', qr/^\[Errno 37\] No locks available/)],
     ['dnotify_channel.py' => err_is('PermissionError', $EPERM)],
+    ['page_cache_probe.py' => sub {
+        my ($r, $n) = @_;
+        is($r->{status}, 'ok', "$n: status ok");
+        is($r->{stdout},
+           "fadvise PermissionError 1\npreadv2 PermissionError 1\n"
+           . "readahead -1 1\nmincore -1 1\npreadv 16\n",
+           "$n: eviction and residency probes refused, plain reads work");
+    }],
+    ['futex_channel.py' => sub {
+        my ($r, $n) = @_;
+        is($r->{status}, 'ok', "$n: status ok");
+        is($r->{stdout},
+           "shared wake -1 38\nshared wait -1 38\nprivate wake 0 0\n",
+           "$n: shared futexes ENOSYS, private ones work");
+    }],
 );
 
 # ---------------------------------------------------------------------
@@ -491,10 +521,14 @@ my %NOT_UNDER_SAN = (
     'memory_scan.py'        => 'ASan quarantines freed heap memory',
 );
 
+# RLM_ATTACKS=name,name runs only those rows of the table (development)
+my %ONLY = map { $_ => 1 } split /,/, $ENV{RLM_ATTACKS} // '';
+
 for my $a (@ATTACKS) {
     my ($file, $check, $limits) = @$a;
     (my $name = $file) =~ s/\.py$//;
     -f "$attacks/$file" or die "missing attack $file";
+    next if %ONLY && !$ONLY{$name};
 
     if ($ENV{RLM_SANITIZED} && $NOT_UNDER_SAN{$file}) {
         SKIP: { skip "$name: $NOT_UNDER_SAN{$file}", 1 }

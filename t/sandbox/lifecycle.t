@@ -39,9 +39,11 @@ if ($pid == 0) {
     exec $SANDBOXD, '--runtime-dir', $dir, '--pool', '0', '--cgroup-name',
         $cg or exit 99;
 }
-sleep 0.5;
+# the manager binds its socket after removing stale ones (an ASan build
+# takes more than a second to get there)
+ok(wait_until(sub { -S "$dir/control.sock" }, 60),
+   'control socket replaced by a live one');
 ok(!-e "$dir/s/0000dead0001.sock", 'stale sandbox socket removed');
-ok(-S "$dir/control.sock", 'control socket replaced by a live one');
 
 # a second manager on the same directory does not take it over: it waits
 # (as after an nginx restart, while the old one still reaps its
