@@ -542,7 +542,8 @@ static ngx_uint_t
 ngx_http_rlm_session_owner_ok(ngx_http_rlm_session_t *s, ngx_str_t *owner)
 {
     return s->owner_len == owner->len
-           && ngx_memcmp(s->owner, owner->data, owner->len) == 0;
+           && (owner->len == 0
+               || ngx_memcmp(s->owner, owner->data, owner->len) == 0);
 }
 
 

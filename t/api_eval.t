@@ -173,6 +173,7 @@ under the cap: ok 101
 
 
 === TEST 6: MemoryError: status oom, the session stays usable
+--- skip_eval: 5: $ENV{RLM_SANITIZED}
 --- http_config
     rlm_sandbox_memory 256m;
 --- config
