@@ -89,6 +89,7 @@ ngx_http_rlm_loop_start(ngx_http_rlm_loop_t *loop)
     cln->data = loop;
 
     loop->tree->loops++;
+    loop->counted = 1;
 
     if (loop->parent == NULL) {
         left = ngx_http_rlm_loop_remaining(loop);
@@ -234,12 +235,24 @@ ngx_http_rlm_loop_cleanup(void *data)
 }
 
 
-/* gives back the session of a child and the tree's count */
+/*
+ * Gives back the tree's count and the session of a child.  A child that
+ * never got a session (the open failed, or it was cancelled before its
+ * sandbox came) counted too, and must not hold the tree's share after.
+ */
 
 static void
 ngx_http_rlm_loop_end(ngx_http_rlm_loop_t *loop)
 {
     ngx_http_rlm_zone_t  *z;
+
+    if (loop->counted) {
+        loop->counted = 0;
+
+        if (loop->tree->loops) {
+            loop->tree->loops--;
+        }
+    }
 
     if (loop->session == NULL) {
         return;
@@ -256,10 +269,6 @@ ngx_http_rlm_loop_end(ngx_http_rlm_loop_t *loop)
     }
 
     loop->session = NULL;
-
-    if (loop->tree->loops) {
-        loop->tree->loops--;
-    }
 }
 
 
