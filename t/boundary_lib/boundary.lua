@@ -92,6 +92,16 @@ function _M.rss_kb()
 end
 
 
+-- the most this worker was ever resident, in KiB (each block starts a
+-- fresh nginx, so: during this block)
+function _M.peak_rss_kb()
+    local f = io.open("/proc/self/status")
+    local s = f:read("*a")
+    f:close()
+    return tonumber(s:match("VmHWM:%s*(%d+)"))
+end
+
+
 -- Python for a cell: rebinds the sandbox runtime's frame encoder
 -- (rlm_repl._encode, which dispatch() calls for every result) to one
 -- that sends the bytes of FORGE, once, instead of the real result.
