@@ -11,7 +11,9 @@ package Boundary;
 # provider "mock" pointing at /gate/v1, a gate in front of the scripted
 # model (boundary.lua): a driver can hold chosen model requests there
 # (children of a fan-out, say) until it has looked at the server, and
-# let them go.  A block with its own rlm_provider keeps it.
+# let them go.  A block with its own rlm_provider keeps it.  The
+# sandboxes' runtime dir is <server root>/rlm_temp, so that the suites
+# also run under the CPAN Test::Nginx.
 
 use strict;
 use warnings;
@@ -36,6 +38,13 @@ Test::Nginx::Util::add_block_preprocessor(sub {
         $pre .= qq{    lua_package_path "$Root/lua/?.lua;$Root/t/lib/?.lua;}
                 . qq{$Root/t/api_lib/?.lua;$Root/t/loop_lib/?.lua;}
                 . qq{$Root/t/boundary_lib/?.lua;;";\n};
+    }
+
+    # a name the CPAN Test::Nginx removes between blocks (*_temp): it
+    # only removes what it knows and then bails out on a non-empty
+    # server root (our runner wipes the whole root anyway)
+    if ($http !~ /\brlm_runtime_dir\b/) {
+        $pre .= '    rlm_runtime_dir $TEST_NGINX_SERVER_ROOT/rlm_temp;' . "\n";
     }
 
     if ($http !~ /\brlm_provider\b/) {
