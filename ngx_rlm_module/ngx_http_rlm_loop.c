@@ -89,6 +89,7 @@ ngx_http_rlm_loop_start(ngx_http_rlm_loop_t *loop)
     cln->data = loop;
 
     loop->tree->loops++;
+    loop->counted = 1;
 
     if (loop->parent == NULL) {
         left = ngx_http_rlm_loop_remaining(loop);
@@ -234,12 +235,24 @@ ngx_http_rlm_loop_cleanup(void *data)
 }
 
 
-/* gives back the session of a child and the tree's count */
+/*
+ * Gives back the tree's count and the session of a child.  A child that
+ * never got a session (the open failed, or it was cancelled before its
+ * sandbox came) counted too, and must not hold the tree's share after.
+ */
 
 static void
 ngx_http_rlm_loop_end(ngx_http_rlm_loop_t *loop)
 {
     ngx_http_rlm_zone_t  *z;
+
+    if (loop->counted) {
+        loop->counted = 0;
+
+        if (loop->tree->loops) {
+            loop->tree->loops--;
+        }
+    }
 
     if (loop->session == NULL) {
         return;
@@ -256,10 +269,6 @@ ngx_http_rlm_loop_end(ngx_http_rlm_loop_t *loop)
     }
 
     loop->session = NULL;
-
-    if (loop->tree->loops) {
-        loop->tree->loops--;
-    }
 }
 
 
@@ -854,9 +863,10 @@ ngx_http_rlm_loop_root_done(ngx_http_rlm_llm_call_t *call)
 static ngx_int_t
 ngx_http_rlm_loop_response(ngx_http_rlm_loop_t *loop)
 {
-    u_char      name[128];
-    json_t     *frame;
-    ngx_str_t  *text, value;
+    u_char                     name[128];
+    json_t                    *frame;
+    ngx_str_t                 *text, value;
+    ngx_http_rlm_main_conf_t  *rmcf;
 
     text = &loop->call.content;
 
@@ -951,8 +961,18 @@ ngx_http_rlm_loop_response(ngx_http_rlm_loop_t *loop)
 
         loop->state = NGX_HTTP_RLM_LOOP_FINAL_VAR;
 
-        frame = json_pack("{s:s, s:s}", "op", "get_var",
-                          "name", (char *) name);
+        /*
+         * No more than an answer may hold, and a little over it: the
+         * sandbox cuts on a character boundary (at most 3 bytes
+         * less), so a value over the cap still arrives over it.
+         */
+
+        rmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                                   ngx_http_rlm_module);
+
+        frame = json_pack("{s:s, s:s, s:I}", "op", "get_var",
+                          "name", (char *) name,
+                          "max_bytes", (json_int_t) rmcf->answer_max + 4);
 
         return ngx_http_rlm_loop_sandbox(loop, frame, NULL, 0,
                                          NGX_HTTP_RLM_LOOP_OP_TIMEOUT);
@@ -1144,12 +1164,35 @@ ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
 static ngx_int_t
 ngx_http_rlm_loop_final_var_done(ngx_http_rlm_loop_t *loop)
 {
-    char                    msg[256];
-    ngx_int_t               rc;
-    ngx_str_t               text;
-    ngx_http_rlm_result_t   res;
+    char                       msg[256];
+    ngx_int_t                  rc;
+    ngx_str_t                  text;
+    ngx_http_rlm_result_t      res;
+    ngx_http_rlm_main_conf_t  *rmcf;
+
+    rmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_rlm_module);
 
     if (ngx_http_rlm_loop_take_result(loop, &res) == NGX_OK) {
+
+        if (res.status == NGX_HTTP_RLM_CELL_OK && res.has_value
+            && res.value.len > rmcf->answer_max)
+        {
+            /* the answer dict's cap holds for the marker's variable too */
+
+            ngx_http_rlm_result_free(&res);
+
+            ngx_snprintf((u_char *) msg, sizeof(msg) - 1,
+                         "FINAL_VAR(%*s): the value is larger than the "
+                         "server takes (rlm_answer_max); answer with "
+                         "less text.%Z",
+                         loop->parsed.final_value.len,
+                         loop->parsed.final_value.data);
+
+            json_array_append_new(loop->feedback, json_string(msg));
+
+            return ngx_http_rlm_loop_next_turn(loop);
+        }
 
         if (res.status == NGX_HTTP_RLM_CELL_OK && res.has_value) {
             rc = ngx_http_rlm_loop_str(loop, &text, (char *) res.value.data,

@@ -152,6 +152,7 @@ struct ngx_http_rlm_loop_s {
     unsigned                    call_running:1;
     unsigned                    finished:1;
     unsigned                    own_session:1; /* child: delete at end */
+    unsigned                    counted:1;     /* in tree->loops */
 };
 
 

@@ -27,13 +27,20 @@ static ngx_http_rlm_state_text_t *ngx_http_rlm_state_encode(
 static void ngx_http_rlm_state_unref(void *data);
 
 
-/* a block's state_delta into the tree's copy of the shared dict */
+/*
+ * A block's state_delta (or the state an rlm_query call carries) into
+ * the tree's copy of the shared dict.  The cap holds for the dict as it
+ * would be after the change: a key set again counts once, so a block
+ * whose change already came with its rlm_query call is not refused at
+ * its end for the same bytes.  The change is made on a shallow copy
+ * (the values are shared) that replaces the dict only if it fits.
+ */
 
 ngx_int_t
 ngx_http_rlm_state_merge(ngx_http_rlm_loop_t *loop, json_t *delta)
 {
     size_t                     i;
-    json_t                    *v, *gone;
+    json_t                    *v, *gone, *next;
     const char                *k;
     ngx_http_rlm_tree_t       *tree;
     ngx_http_rlm_main_conf_t  *rmcf;
@@ -46,33 +53,51 @@ ngx_http_rlm_state_merge(ngx_http_rlm_loop_t *loop, json_t *delta)
         return NGX_OK;
     }
 
+    next = json_copy(tree->state);
+    if (next == NULL) {
+        return NGX_ERROR;
+    }
+
+    json_object_foreach(delta, k, v) {
+        if (ngx_strcmp(k, "__deleted__") != 0
+            && json_object_set(next, k, v) != 0)
+        {
+            json_decref(next);
+            return NGX_ERROR;
+        }
+    }
+
+    gone = json_object_get(delta, "__deleted__");
+
+    json_array_foreach(gone, i, v) {
+        if (json_is_string(v)) {
+            json_object_del(next, json_string_value(v));
+        }
+    }
+
     /* what the tree shares is capped as a whole, not only per change */
 
     rmcf = ngx_http_get_module_main_conf(loop->request, ngx_http_rlm_module);
 
-    if (json_dumpb(tree->state, NULL, 0, JSON_COMPACT)
-        + json_dumpb(delta, NULL, 0, JSON_COMPACT)
-        > rmcf->state_max)
-    {
+    if (json_dumpb(next, NULL, 0, JSON_COMPACT) > rmcf->state_max) {
+        json_decref(next);
         return NGX_DECLINED;
     }
 
+    json_decref(tree->state);
+    tree->state = next;
     tree->state_version++;
 
     json_object_foreach(delta, k, v) {
         if (ngx_strcmp(k, "__deleted__") != 0) {
-            json_object_set(tree->state, k, v);
             json_object_del(tree->deleted, k);
         }
     }
 
     /* removals reach the other loops of the tree (rlm_query replies) */
 
-    gone = json_object_get(delta, "__deleted__");
-
     json_array_foreach(gone, i, v) {
         if (json_is_string(v)) {
-            json_object_del(tree->state, json_string_value(v));
             json_object_set_new(tree->deleted, json_string_value(v),
                                 json_true());
         }

@@ -29,6 +29,9 @@
 --   $rlm_provider    rlm_provider name, "" = C default (first provider)
 --   $rlm_root_model  model of the root loop, "" = the request's model
 --   $rlm_sub_model   model of sub calls, "" = the root model
+--   $rlm_code_models models the completion's code may name (upstream
+--                    names, rlm.routing.code_models), "" = root and sub
+--   $rlm_tenant_max_sessions  the tenant's max_sessions, "" = none
 --   body .rlm        { max_iterations, max_depth, timeout, sub_model }
 --
 -- Each concern is a module and can be swapped:
@@ -104,6 +107,20 @@ local function set_vars(tenant, route, sub_model)
 end
 
 
+-- what the code of this completion may ask for: the models it may name
+-- and the tenant's session quota, which its child RLMs count against
+-- (rlm_completion_code_models, rlm_session_owner_max)
+local function set_code_policy(c, tenant, route, sub, model)
+    local var = ngx.var
+    var.rlm_code_models = c.routing.code_models
+                          and c.routing.code_models(c, route, tenant,
+                                                    model, sub)
+                          or ""
+    var.rlm_tenant_max_sessions = tenant.max_sessions
+                                  and tostring(tenant.max_sessions) or ""
+end
+
+
 local function refuse(c, err)
     c.limits.release(c)
     return errors.send(err)
@@ -170,6 +187,7 @@ local function completions(c, tenant)
     end
 
     set_vars(tenant, route, sub)
+    set_code_policy(c, tenant, route, sub, body.req.model)
 
     ok, err = c.limits.concurrency(c, tenant)
     if not ok then

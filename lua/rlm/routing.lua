@@ -249,6 +249,61 @@ function _M.resolve(conf, model, tenant, param)
 end
 
 
+-- code_models(conf, route, tenant, model, sub) -> "name name ..."
+-- The names code of a completion on this route may pass as `model`
+-- (llm_query(p, model=...), rlm_query ...), for the C directive
+-- rlm_completion_code_models: the route's root model (the client's
+-- `model` on the default route) and sub model (`sub`, as the policy
+-- resolved it), and the root and sub models of every other route the
+-- tenant may use that goes to the same provider.  The C side sends the
+-- name code gives to that provider as it is (ngx_http_rlm_subcall.c),
+-- so these are upstream model names: a route's id or alias is listed
+-- only when it is also its upstream name, and routes of other
+-- providers are left out.  A name with a space or a comma cannot be
+-- listed.  "" with routing off: C then allows the root and sub model.
+function _M.code_models(conf, route, tenant, model, sub)
+    local db = load(conf)
+    if not db or route.off then
+        return ""
+    end
+
+    local seen, out = {}, {}
+
+    local function add(name)
+        if type(name) == "string" and name ~= "" and not seen[name]
+           and not name:find("[%s,]")
+        then
+            seen[name] = true
+            out[#out + 1] = name
+        end
+    end
+
+    add(route.root_model ~= "" and route.root_model or model)
+    add(sub)
+
+    local function same(r, id)
+        return (r.provider or "") == route.provider
+               and allowed(db, tenant, id)
+    end
+
+    for id, r in pairs(db.routes) do
+        if same(r, id) then
+            add(r.root_model)
+            add(r.sub_model)
+        end
+    end
+
+    if db.default and same(db.default, "*") then
+        add(db.default.root_model)
+        add(db.default.sub_model)
+    end
+
+    table.sort(out)
+
+    return table.concat(out, " ")
+end
+
+
 -- list(conf, tenant) -> { {id =, created =, owned_by =}, ... } | nil, err
 -- Ids and aliases the tenant may use, sorted.  The default route has
 -- no id of its own and is not listed.
