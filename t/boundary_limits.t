@@ -29,7 +29,7 @@ __DATA__
     location = /t {
         content_by_lua_block {
             local t = require "rlmt"
-            local b = require "boundary"
+            local b = require "tamper"
             local id = t.create()
             local uid, pid = b.sandbox_uid(id)
             ngx.say("sandbox uid found: ", uid ~= nil)
@@ -72,7 +72,7 @@ signal 11
     location = /t {
         content_by_lua_block {
             local t = require "rlmt"
-            local b = require "boundary"
+            local b = require "tamper"
             local id = t.create()
             local uid = b.sandbox_uid(id)
 
@@ -119,7 +119,7 @@ signal 11
     location = /t {
         content_by_lua_block {
             local t = require "rlmt"
-            local b = require "boundary"
+            local b = require "tamper"
             local cjson = require "cjson.safe"
             local id = t.create()
             local uid = b.sandbox_uid(id)
@@ -160,7 +160,7 @@ signal 11
     location = /t {
         content_by_lua_block {
             local t = require "rlmt"
-            local b = require "boundary"
+            local b = require "tamper"
             local id = t.create()
             local uid = b.sandbox_uid(id)
 

@@ -1,5 +1,5 @@
--- boundary: helpers of t/boundary_*.t, the suites that try what code in a
--- cell can make the host do.
+-- tamper: what a cell does to escape the sandbox's own time limits, and
+-- how t/boundary_limits.t looks for what is left of its sandbox.
 
 local t = require "rlmt"
 
