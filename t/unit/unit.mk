@@ -41,6 +41,13 @@ PROTO_SRC  := ngx_rlm_module/ngx_http_rlm_proto.c \
               ngx_rlm_module/ngx_http_rlm_proto.h \
               t/fuzz/proto_shim/ngx_http_rlm_module.h
 
+# what the layer costs per cell, measured alone (bench/proto_decode.c)
+build/bench/proto_decode: bench/proto_decode.c $(PROTO_SRC)
+	@mkdir -p build/bench/proto
+	cp $(PROTO_SRC) build/bench/proto/
+	$(UNIT_CC) -O2 -Wall -Werror -Ibuild/bench/proto -o $@ $< \
+	    build/bench/proto/ngx_http_rlm_proto.c -ljansson
+
 $(FUZZ_BUILD)/fuzz_proto: t/fuzz/fuzz_proto.c $(PROTO_SRC)
 	@mkdir -p $(FUZZ_BUILD)/proto
 	cp $(PROTO_SRC) $(FUZZ_BUILD)/proto/
