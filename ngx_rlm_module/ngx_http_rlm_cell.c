@@ -463,11 +463,21 @@ ngx_int_t
 ngx_http_rlm_cell_default_call(ngx_http_rlm_cell_t *cell,
     ngx_http_rlm_call_t *call)
 {
+    return ngx_http_rlm_cell_refuse(cell, call, "model calls are not "
+                                    "configured for this location");
+}
+
+
+/* answers a call with an error the code raises; frees the call */
+
+ngx_int_t
+ngx_http_rlm_cell_refuse(ngx_http_rlm_cell_t *cell,
+    ngx_http_rlm_call_t *call, const char *message)
+{
     json_t     *reply;
     ngx_int_t   rc;
 
-    reply = ngx_http_rlm_proto_refusal(call->id, "model calls are not "
-                                       "configured for this location");
+    reply = ngx_http_rlm_proto_refusal(call->id, message);
     ngx_http_rlm_call_free(call);
 
     if (reply == NULL) {

@@ -117,6 +117,8 @@ void ngx_http_rlm_cell_extend(ngx_http_rlm_cell_t *cell,
 
 ngx_int_t ngx_http_rlm_cell_default_call(ngx_http_rlm_cell_t *cell,
     ngx_http_rlm_call_t *call);
+ngx_int_t ngx_http_rlm_cell_refuse(ngx_http_rlm_cell_t *cell,
+    ngx_http_rlm_call_t *call, const char *message);
 
 
 #endif /* _NGX_HTTP_RLM_CELL_H_INCLUDED_ */

@@ -58,8 +58,6 @@ static void ngx_http_rlm_subcall_item_done(ngx_http_rlm_subitem_t *it,
     ngx_uint_t ok, ngx_str_t *text, ngx_http_rlm_llm_call_t *call);
 static void ngx_http_rlm_subcall_answer(ngx_http_rlm_subcall_t *sc);
 static void ngx_http_rlm_subcall_cancel(ngx_http_rlm_subcall_t *sc);
-static ngx_int_t ngx_http_rlm_subcall_refuse(ngx_http_rlm_cell_t *cell,
-    ngx_http_rlm_call_t *call, const char *message);
 static const char *ngx_http_rlm_subcall_police(ngx_http_rlm_loop_t *loop,
     ngx_http_rlm_call_t *call, ngx_uint_t child);
 static ngx_int_t ngx_http_rlm_subcall_model_allowed(ngx_http_rlm_loop_t *loop,
@@ -90,7 +88,7 @@ ngx_http_rlm_subcall_handler(ngx_http_rlm_cell_t *cell,
     loop = cell->data;
 
     if (call->fn == NGX_HTTP_RLM_CALL_TOOL) {
-        return ngx_http_rlm_subcall_refuse(cell, call, "no tools are "
+        return ngx_http_rlm_cell_refuse(cell, call, "no tools are "
                                            "configured for this location");
     }
 
@@ -101,13 +99,13 @@ ngx_http_rlm_subcall_handler(ngx_http_rlm_cell_t *cell,
 
     why = ngx_http_rlm_subcall_police(loop, call, child);
     if (why) {
-        return ngx_http_rlm_subcall_refuse(cell, call, why);
+        return ngx_http_rlm_cell_refuse(cell, call, why);
     }
 
     if (child) {
         /* the block's own changes to `state` so far, for the children */
         if (ngx_http_rlm_state_merge(loop, call->state) != NGX_OK) {
-            return ngx_http_rlm_subcall_refuse(cell, call,
+            return ngx_http_rlm_cell_refuse(cell, call,
                        "the shared `state` would be larger than the "
                        "server takes (rlm_state_max)");
         }
@@ -628,27 +626,6 @@ ngx_http_rlm_subcall_uncount(ngx_http_rlm_subcall_t *sc, ngx_uint_t n)
 
     tree = sc->loop->tree;
     tree->pending_calls -= ngx_min(n, tree->pending_calls);
-}
-
-
-static ngx_int_t
-ngx_http_rlm_subcall_refuse(ngx_http_rlm_cell_t *cell,
-    ngx_http_rlm_call_t *call, const char *message)
-{
-    json_t     *reply;
-    ngx_int_t   rc;
-
-    reply = ngx_http_rlm_proto_refusal(call->id, message);
-    ngx_http_rlm_call_free(call);
-
-    if (reply == NULL) {
-        return NGX_ERROR;
-    }
-
-    rc = ngx_http_rlm_cell_reply(cell, reply);
-    json_decref(reply);
-
-    return (rc == NGX_ERROR) ? NGX_ERROR : NGX_OK;
 }
 
 
