@@ -87,6 +87,8 @@ static ngx_int_t ngx_http_rlm_curl_connection(ngx_http_rlm_curl_worker_t *w,
     ngx_http_rlm_curl_sock_t *sk, curl_socket_t s, ngx_uint_t owned);
 static ngx_uint_t ngx_http_rlm_curl_same(ngx_http_rlm_curl_sock_t *sk,
     curl_socket_t s);
+static void ngx_http_rlm_curl_sock_gone(ngx_http_rlm_curl_worker_t *w,
+    ngx_http_rlm_curl_sock_t *sk);
 static void ngx_http_rlm_curl_forget(ngx_http_rlm_curl_worker_t *w,
     ngx_http_rlm_curl_sock_t *sk, ngx_uint_t closed);
 static void ngx_http_rlm_curl_close(ngx_http_rlm_curl_worker_t *w,
@@ -631,15 +633,7 @@ ngx_http_rlm_curl_forget(ngx_http_rlm_curl_worker_t *w,
     ngx_free_connection(c);
     c->fd = (ngx_socket_t) -1;
 
-    if (sk->watched) {
-        w->stats.sockets--;
-    }
-
-    w->stats.connections--;
-
-    sk->connection = NULL;
-    sk->owned = 0;
-    sk->watched = 0;
+    ngx_http_rlm_curl_sock_gone(w, sk);
 }
 
 
@@ -653,6 +647,16 @@ ngx_http_rlm_curl_close(ngx_http_rlm_curl_worker_t *w,
 
     ngx_close_connection(sk->connection);
 
+    ngx_http_rlm_curl_sock_gone(w, sk);
+}
+
+
+/* the books of a socket whose connection was just given back */
+
+static void
+ngx_http_rlm_curl_sock_gone(ngx_http_rlm_curl_worker_t *w,
+    ngx_http_rlm_curl_sock_t *sk)
+{
     if (sk->watched) {
         w->stats.sockets--;
     }
