@@ -214,3 +214,70 @@ alpha's sessions at the peak: 4
 alpha: 200 10: the tenant's session quota (max_sessions) leaves no room for these child RLMs | 3: the tenant's session quota (max_sessions) leaves no room for these child RLMs | 2 ok 2
 alpha's sessions after: 2
 beta: 200 10 ok 10 | 3 ok 3 | 2 ok 2
+
+
+
+=== TEST 4: a completion that opens a new session counts against the key's max_sessions
+--- config
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            local rlmt = require "rlmt"
+            local function alpha(extra)
+                local h = { Authorization = "Bearer sk-tenant-a-0001" }
+                for k, v in pairs(extra or {}) do h[k] = v end
+                return h
+            end
+            local function beta()
+                return { Authorization = "Bearer sk-tenant-b-0002" }
+            end
+            local done = l.repl("answer.update(content='done', ready=True)")
+            local function complete(h)
+                l.script("root", { { content = done } })
+                return l.complete({ model = "smart", context = "x",
+                    messages = { { role = "user", content = "go" } } }, h)
+            end
+            local function code(res)
+                return res.status .. " " .. (l.answer(res)
+                       or (res.json and res.json.error
+                           and res.json.error.code) or "?")
+            end
+
+            -- alpha (max_sessions=4) makes 4 sessions
+            local ids = {}
+            for i = 1, 4 do
+                local r = rlmt.http("POST", "/v1/sessions", "", alpha())
+                ids[i] = r.json and r.json.id
+            end
+            ngx.say("alpha has: ",
+                    #rlmt.http("GET", "/v1/sessions", nil, alpha()).json.data)
+
+            -- a fifth session, through a completion: refused; a session
+            -- it does not have is not made (404), so not counted
+            ngx.say("new session: ", code(complete(alpha())))
+            ngx.say("unknown id: ", code(complete(alpha(
+                { ["X-RLM-Session-Id"] = string.rep("ab", 16) }))))
+            -- one of its own sessions: no new one, so it goes
+            ngx.say("its own session: ", code(complete(alpha(
+                { ["X-RLM-Session-Id"] = ids[2] }))))
+            ngx.say("alpha still has: ",
+                    #rlmt.http("GET", "/v1/sessions", nil, alpha()).json.data)
+
+            -- room again after a delete
+            rlmt.http("DELETE", "/v1/sessions/" .. ids[1], nil, alpha())
+            ngx.say("after a delete: ", code(complete(alpha())))
+
+            -- beta has no quota
+            ngx.say("beta: ", code(complete(beta())))
+        }
+    }
+--- request
+GET /t
+--- response_body
+alpha has: 4
+new session: 429 session_limit_exceeded
+unknown id: 404 session_not_found
+its own session: 200 done
+alpha still has: 4
+after a delete: 200 done
+beta: 200 done

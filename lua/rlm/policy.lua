@@ -127,6 +127,17 @@ local function refuse(c, err)
 end
 
 
+-- does this completion make a new session?  Yes when it names none
+-- (header or cookie); a named one must exist (the handler answers 404
+-- otherwise), and a reset replaces it.
+local function opens_session()
+    local var = ngx.var
+    local id = var.http_x_rlm_session_id or var.cookie_rlm_session
+
+    return id == nil or id == ""
+end
+
+
 local function completions(c, tenant)
     local shaping = c.shaping
 
@@ -192,6 +203,15 @@ local function completions(c, tenant)
     ok, err = c.limits.concurrency(c, tenant)
     if not ok then
         return refuse(c, err)
+    end
+
+    -- a completion that opens a new session counts against the tenant's
+    -- quota, as POST /v1/sessions does
+    if tenant.max_sessions and opens_session() then
+        ok, err = c.limits.sessions(c, tenant)
+        if not ok then
+            return refuse(c, err)
+        end
     end
 end
 
