@@ -45,8 +45,9 @@ __DATA__
             local fed = l.last_message(l.requests("script:root")[2])
             ngx.say("fed: ", fed:match("refused: [^\n]*"))
             local peak = b.peak_rss_kb()
-            ngx.say("peak rss under 300 MB: ", peak < 300 * 1024,
-                    ", grew under 50 MB: ", peak - before < 50 * 1024)
+            local k = b.mem_scale()
+            ngx.say("peak rss under 300 MB: ", peak < 300 * 1024 * k,
+                    ", grew under 50 MB: ", peak - before < 50 * 1024 * k)
         }
     }
 --- request
@@ -138,7 +139,7 @@ child calls: 1, 10 MB upstream: false
             local ok, res = ngx.thread.wait(co)
             ngx.say(res.status, " ", l.answer(res))
             ngx.say("worker grew by less than 16 MB with 50 children: ",
-                    during - before < 16 * 1024)
+                    during - before < 16 * 1024 * b.mem_scale())
         }
     }
 --- request

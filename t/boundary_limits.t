@@ -54,8 +54,8 @@ http 200, cell timeout
 said why: true
 session sandbox_lost, reason a limit
 processes of the sandbox left: 0
---- error_log
-lost its sandbox
+--- error_log eval
+qr/lost its sandbox|did not answer in \d+ ms, killing it/
 --- no_error_log
 [alert]
 [emerg]

@@ -53,6 +53,13 @@ Test::Nginx::Util::add_block_preprocessor(sub {
                 . "model=script:root retries=0 timeout=60s;\n";
     }
 
+    # valgrind's own memory counts in a worker's resident set: the
+    # memory bounds of the suites are this many times wider under it
+    if ($http !~ /\$boundary_mem_scale\b/) {
+        $pre .= '    map $pid $boundary_mem_scale { default '
+                . ($ENV{TEST_NGINX_USE_VALGRIND} ? 8 : 1) . "; }\n";
+    }
+
     $block->set_value('http_config', $pre . $http);
 
     $block->set_value('config', <<'CONF' . $config);

@@ -83,6 +83,12 @@ function _M.held()
 end
 
 
+-- how much wider memory bounds are in this run (8 under valgrind)
+function _M.mem_scale()
+    return tonumber(ngx.var.boundary_mem_scale) or 1
+end
+
+
 -- this worker's resident set, in KiB
 function _M.rss_kb()
     local f = io.open("/proc/self/status")
