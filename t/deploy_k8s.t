@@ -1,7 +1,8 @@
 # The Kubernetes manifests of deploy/k8s/ against the Kubernetes API
 # schemas, offline: deploy/k8s/validate.cjs builds the kubernetes-models
 # object of each document's kind and validates it (types, required
-# fields, enums, formats), refuses kinds it does not know, and parses the
+# fields, enums, formats), checks the field names against the types'
+# declarations, refuses kinds it does not know, and parses the
 # ConfigMap's JSON.  Then the same script on copies with a deliberate
 # mistake each, which must fail: the validator really validates.
 #
@@ -121,6 +122,16 @@ my @broken = (
     [ 'a duration where the schema wants seconds',
       'statefulset.yaml', $sts, qr/^            periodSeconds: 5$/m,
       '            periodSeconds: 5s', qr/periodSeconds must be integer/ ],
+    [ 'a misspelt field name (replica)',
+      'statefulset.yaml', $sts, qr/^  replicas: 2$/m,
+      '  replica: 2', qr/unknown field spec\.replica$/ ],
+    [ 'a misspelt field deep in the pod template (privilegd)',
+      'statefulset.yaml', $sts, qr/^            privileged: true$/m,
+      '            privilegd: true',
+      qr/unknown field spec\.template\.spec\.containers\[0\]\.securityContext\.privilegd/ ],
+    [ 'a field name in the wrong case (stringdata)',
+      'secret.example.yaml', slurp("$dir/secret.example.yaml"),
+      qr/^stringData:$/m, 'stringdata:', qr/unknown field stringdata/ ],
     [ 'routes.json in the ConfigMap is not JSON',
       'configmap.yaml', $cm, qr/"root_model": "provider-large-model",/,
       '"root_model": "provider-large-model"', qr/routes\.json/ ],

@@ -13,9 +13,13 @@
 // ConfigMap's *.json keys must parse as JSON.  YAML is read as YAML 1.1,
 // as Kubernetes reads it (yes/no/on/off are booleans, 0444 is octal).
 //
-// Not caught: field names the schema does not know.  Kubernetes' schema
-// allows them (the API server drops or, with kubectl's strict validation,
-// refuses them), and so does kubernetes-models; see docs/deploy.md.
+// The published schema lets unknown field names through (the API server
+// drops them, or refuses them under kubectl's strict validation), and so
+// does validate().  So field names are checked too, against the
+// TypeScript declarations kubernetes-models generates from the same
+// schema (its *.d.ts files): a field the object's type does not declare
+// fails.  Inside a union type (int-or-string and the like) nothing is
+// checked.
 //
 // NODE_PATH may name the node_modules to load from (t/deploy_k8s.t
 // passes build/npm/node_modules).  Exit status: 0 all valid, 1 a
@@ -85,6 +89,143 @@ function files(args) {
     return out;
 }
 
+// ---- unknown field names -------------------------------------------------
+//
+// The schema lets any field name through, so the field names are checked
+// against the TypeScript declarations that kubernetes-models generates
+// from the same OpenAPI document (one interface per type, *.d.ts): a
+// field an object's interface does not declare is a typo.
+
+const dtsCache = new Map();
+
+const KM_DIR = path.dirname(require.resolve('kubernetes-models'));
+const AM_DIR = path.dirname(require.resolve('@kubernetes-models/apimachinery',
+                                            { paths: [KM_DIR] }));
+
+function tokenize(text) {
+    text = text.replace(/\/\*[\s\S]*?\*\//g, ' ').replace(/\/\/[^\n]*/g, ' ');
+    const re = /\s*("(?:[^"\\]|\\.)*"|[A-Za-z_$][\w$]*|\d+|[{}\[\]<>:;?|(),.=])/y;
+    const out = [];
+    let m;
+    re.lastIndex = 0;
+    while (re.lastIndex < text.length && (m = re.exec(text))) out.push(m[1]);
+    return out;
+}
+
+// the declarations of one .d.ts file -> { imports: {name: file}, main }
+function loadDts(file) {
+    if (dtsCache.has(file)) return dtsCache.get(file);
+    const entry = { imports: {}, main: { kind: 'leaf' } };
+    dtsCache.set(file, entry);
+    const text = fs.readFileSync(file, 'utf8');
+    for (const m of text.matchAll(/import \{([^}]*)\} from "([^"]+)"/g)) {
+        let target = null;
+        if (m[2].startsWith('.')) {
+            target = path.resolve(path.dirname(file), m[2]) + '.d.ts';
+        } else if (m[2].startsWith('@kubernetes-models/apimachinery/')) {
+            target = path.join(AM_DIR, m[2].slice(31)) + '.d.ts';
+        }
+        for (const n of m[1].split(',')) {
+            const name = n.trim().split(/\s+as\s+/).pop();
+            if (name) entry.imports[name] = target;
+        }
+    }
+    const i = text.indexOf('export interface ');
+    if (i < 0) return entry;                 // a type alias: a leaf
+    const toks = tokenize(text.slice(i));
+    let p = 3;                                // export interface IName
+    const typeMeta = toks[p] === 'extends';
+    while (toks[p] !== '{') p++;
+    const ctx = { toks, p, file };
+    const obj = parseType(ctx);
+    if (typeMeta) {
+        obj.props.apiVersion = { kind: 'leaf' };
+        obj.props.kind = { kind: 'leaf' };
+    }
+    entry.main = obj;
+    return entry;
+}
+
+// a type at ctx.p -> {kind: obj|arr|map|leaf|ref}
+function parseType(ctx) {
+    const t = ctx.toks;
+    let res;
+    if (t[ctx.p] === '{') {
+        ctx.p++;
+        if (t[ctx.p] === '[') {               // { [key: string]: T; }
+            while (t[ctx.p] !== ']') ctx.p++;
+            ctx.p += 2;                       // ] :
+            res = { kind: 'map', of: parseType(ctx) };
+            if (t[ctx.p] === ';') ctx.p++;
+            ctx.p++;                          // }
+        } else {
+            const props = {};
+            while (t[ctx.p] !== '}') {
+                const name = JSON.parse(t[ctx.p++]);
+                if (t[ctx.p] === '?') ctx.p++;
+                ctx.p++;                      // :
+                props[name] = parseType(ctx);
+                if (t[ctx.p] === ';') ctx.p++;
+            }
+            ctx.p++;
+            res = { kind: 'obj', props };
+        }
+    } else if (t[ctx.p] === 'Array' && t[ctx.p + 1] === '<') {
+        ctx.p += 2;
+        res = { kind: 'arr', of: parseType(ctx) };
+        ctx.p++;                              // >
+    } else if (/^[A-Za-z_]/.test(t[ctx.p])) {
+        const name = t[ctx.p++];
+        res = { kind: 'ref', name, file: ctx.file };
+    } else {
+        ctx.p++;                              // a literal
+        res = { kind: 'leaf' };
+    }
+    if (t[ctx.p] === '|') {                   // a union: no check inside
+        while (t[ctx.p] === '|') { ctx.p++; parseType(ctx); }
+        res = { kind: 'leaf' };
+    }
+    return res;
+}
+
+function resolve(type) {
+    while (type.kind === 'ref') {
+        const target = loadDts(type.file).imports[type.name];
+        if (!target || !fs.existsSync(target)) return { kind: 'leaf' };
+        type = loadDts(target).main;
+    }
+    return type;
+}
+
+function unknownFields(value, type, where, out) {
+    type = resolve(type);
+    if (value === null || typeof value !== 'object') return out;
+    if (type.kind === 'obj' && !Array.isArray(value)) {
+        for (const [k, v] of Object.entries(value)) {
+            if (!Object.prototype.hasOwnProperty.call(type.props, k)) {
+                out.push(`${where}.${k}`);
+            } else {
+                unknownFields(v, type.props[k], `${where}.${k}`, out);
+            }
+        }
+    } else if (type.kind === 'arr' && Array.isArray(value)) {
+        value.forEach((v, i) => unknownFields(v, type.of, `${where}[${i}]`, out));
+    } else if (type.kind === 'map' && !Array.isArray(value)) {
+        for (const [k, v] of Object.entries(value)) {
+            unknownFields(v, type.of, `${where}.${k}`, out);
+        }
+    }
+    return out;
+}
+
+// the declaration file of a kind: kubernetes-models/<group>/<version>/<Kind>.d.ts
+function dtsFor(apiVersion, kind) {
+    const parts = apiVersion.split('/');
+    const dir = parts.length === 1 ? parts[0] : path.join(parts[0], parts[1]);
+    const f = path.join(KM_DIR, dir, kind + '.d.ts');
+    return fs.existsSync(f) ? f : null;
+}
+
 let bad = 0, count = 0;
 
 function fail(where, msg) {
@@ -134,6 +275,15 @@ for (const file of list) {
             new M(obj).validate();
         } catch (e) {
             fail(`${where} ${obj.kind}/${name}`, e.message);
+            return;
+        }
+        const dts = dtsFor(obj.apiVersion, obj.kind);
+        const unknown = dts
+            ? unknownFields(obj, loadDts(dts).main, '', []) : ['?'];
+        if (unknown.length) {
+            fail(`${where} ${obj.kind}/${name}`,
+                 dts ? `unknown field ${unknown.map(u => u.slice(1)).join(', ')}`
+                     : 'no declarations to check field names against');
             return;
         }
         if (obj.kind === 'ConfigMap' && obj.data) {
