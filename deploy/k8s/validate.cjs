@@ -278,8 +278,19 @@ for (const file of list) {
             return;
         }
         const dts = dtsFor(obj.apiVersion, obj.kind);
-        const unknown = dts
-            ? unknownFields(obj, loadDts(dts).main, '', []) : ['?'];
+        let unknown = ['?'];
+        try {
+            if (dts) {
+                unknown = unknownFields(obj, loadDts(dts).main, '', []);
+            }
+        } catch (e) {
+            // a declaration file this parser does not understand: a
+            // problem of the tool (another kubernetes-models), not of
+            // the manifest
+            console.error(`validate.cjs: reading the declarations of `
+                          + `${obj.kind}: ${e.stack}`);
+            process.exit(2);
+        }
         if (unknown.length) {
             fail(`${where} ${obj.kind}/${name}`,
                  dts ? `unknown field ${unknown.map(u => u.slice(1)).join(', ')}`
