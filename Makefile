@@ -7,7 +7,8 @@
 #   make asan-test    run the suites against the ASan build
 #   make valgrind-test  run the suites with nginx under valgrind memcheck
 #   make fuzz         run the parser fuzzers (FUZZ_SECONDS each)
-#   make npm-deps     the openai npm package for t/openai_sdk.t (build/npm)
+#   make npm-deps     npm packages for t/openai_sdk.t and t/deploy_k8s.t
+#                     (build/npm)
 
 PORT      ?= 8080
 SAN       ?=
@@ -30,6 +31,11 @@ LOAD_MODULES := $(NGX_MODS)/ndk_http_module.so \
 # The official OpenAI SDK, for t/openai_sdk.t.  4.x is the last line that
 # supports Node 18 (Debian 12's nodejs); 5.x and later want Node 20.
 OPENAI_NPM ?= 4.104.0
+# The Kubernetes API schemas and a YAML parser, for t/deploy_k8s.t
+# (deploy/k8s/validate.cjs).  kubernetes-models 4.5.x is the last line
+# for Node < 22.
+K8S_MODELS_NPM ?= 4.5.1
+YAML_NPM  ?= 2.9.1
 NPM_DIR   := $(TOP)/build/npm
 
 PROVE_ENV := TEST_NGINX_BINARY=$(NGINX) \
@@ -144,9 +150,10 @@ run: all run-prefix
 test: all npm-deps
 	$(PROVE_ENV) prove -I t/lib -I t -r $(TESTS)
 
-# Installed from npm once per version (the stamp).  Without npm the SDK
-# suite is skipped, unless RLM_REQUIRE_NODE is set (CI).
-npm-deps: $(NPM_DIR)/openai-$(OPENAI_NPM).stamp
+# Installed from npm once per version (the stamps).  Without npm the
+# suites that need them are skipped, unless RLM_REQUIRE_NODE is set (CI).
+npm-deps: $(NPM_DIR)/openai-$(OPENAI_NPM).stamp \
+          $(NPM_DIR)/k8s-$(K8S_MODELS_NPM)-yaml-$(YAML_NPM).stamp
 
 $(NPM_DIR)/openai-$(OPENAI_NPM).stamp: | deps
 	@if command -v npm >/dev/null 2>&1; then \
@@ -158,6 +165,21 @@ $(NPM_DIR)/openai-$(OPENAI_NPM).stamp: | deps
 	    exit 1; \
 	else \
 	    echo "ngx_rlm: no npm: t/openai_sdk.t will be skipped" >&2; \
+	fi
+
+# after the openai one: two npm installs must not share build/npm at once
+$(NPM_DIR)/k8s-$(K8S_MODELS_NPM)-yaml-$(YAML_NPM).stamp: | deps \
+        $(NPM_DIR)/openai-$(OPENAI_NPM).stamp
+	@if command -v npm >/dev/null 2>&1; then \
+	    npm install --no-audit --no-fund --save-exact \
+	        --prefix $(NPM_DIR) kubernetes-models@$(K8S_MODELS_NPM) \
+	        yaml@$(YAML_NPM) \
+	    && rm -f $(NPM_DIR)/k8s-*.stamp && touch $@; \
+	elif [ -n "$$RLM_REQUIRE_NODE" ]; then \
+	    echo "ngx_rlm: npm is missing: apt-get install nodejs npm" >&2; \
+	    exit 1; \
+	else \
+	    echo "ngx_rlm: no npm: t/deploy_k8s.t will be skipped" >&2; \
 	fi
 
 asan:
