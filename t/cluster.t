@@ -110,6 +110,21 @@ sub log_count {
 
 # --- ids name their node ------------------------------------------------
 
+# rlm_node_id is 0..255 (nginx -t on a copy of node 0's configuration)
+{
+    my $copy = tempdir('rlm-conf-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    system("cp -a $run[0]/conf $copy/ && mkdir $copy/logs") == 0
+        or die "copy: $?\n";
+    my $ps = RlmRun::slurp("$copy/conf/policy-setup.conf");
+    $ps =~ s/^rlm_node_id \d+;/rlm_node_id 256;/m or die "no rlm_node_id\n";
+    open my $fh, '>', "$copy/conf/policy-setup.conf" or die "$copy: $!\n";
+    print $fh $ps;
+    close $fh;
+    my $out = `$RlmRun::Nginx -t -p $copy/ -c conf/rlm.conf -e logs/e.log 2>&1`;
+    isnt($?, 0, 'rlm_node_id 256: nginx -t fails');
+    like($out, qr/rlm_node_id/, '... naming the directive') or diag($out);
+}
+
 my %made;
 for my $i (0 .. 2) {
     my $s = at($port[$i], 'POST', '/v1/sessions', '{}');
@@ -166,6 +181,8 @@ is($c->{json} && $c->{json}{choices}[0]{message}{content}, 'continued',
 is($c->{headers}{'x-rlm-session-id'}, $sid, '... in the same session');
 is(eval_at($port[$other[1]], $sid, 'print(x)')->{json}{stdout}, "109\n",
    '... whose code ran in the session\'s REPL (x = 109)');
+like($c->{json} && $c->{json}{id} // '', qr/^chatcmpl-${\ sprintf '%02x', $owner}/,
+     '... the completion id made by the owner names it');
 
 # the cookie, and SSE through a forward
 script('root',
