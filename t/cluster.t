@@ -202,6 +202,11 @@ like($e->{body}, qr/data: \[DONE\]\s*$/, '... to its end');
 is(eval_at($front, $sid, 'print(x)')->{json}{stdout}, "110\n",
    '... in the same session (x = 110)');
 
+my $tr = at($port[$other[0]], 'GET', "/v1/sessions/$sid/trajectories");
+is($tr->{status}, 200, 'trajectories of the session through a non-owner');
+is(ref $tr->{json} eq 'HASH' && scalar @{ $tr->{json}{data} || [] }, 2,
+   '... the two completions the owner ran');
+
 # --- auth, the loop guard, ids chosen by the client ------------------
 
 my $before_owner = log_count($owner, "/v1/sessions/$sid ");
