@@ -125,7 +125,20 @@ run-prefix:
 	      "$$models" "$$up$$sub" \
 	    > $(RUN_DIR)/conf/routes.json; \
 	fi
-	@{ echo 'init_by_lua_block { require("rlm.policy").configure{'; \
+	@{ if [ -n "$$RLM_NODE_ID" ]; then \
+	    echo "rlm_node_id $$RLM_NODE_ID;"; \
+	    for n in $$RLM_NODES; do \
+	      echo "upstream rlm_node_$${n%%=*} { server $${n#*=}; keepalive 16; }"; \
+	    done; \
+	  fi; \
+	  if [ -n "$$RLM_NODE_ID" ]; then \
+	    printf '%s' 'init_by_lua_block { require("rlm.cluster").configure{ nodes = "'; \
+	    for n in $$RLM_NODES; do printf '%s' "$${n%%=*}=rlm_node_$${n%%=*} "; done; \
+	    echo '" }'; \
+	    echo 'require("rlm.policy").configure{'; \
+	  else \
+	    echo 'init_by_lua_block { require("rlm.policy").configure{'; \
+	  fi; \
 	  echo '    -- rlm_context_max_size and the 1 MiB the completions'; \
 	  echo '    -- handler allows on top: a bigger Content-Length is'; \
 	  echo '    -- refused before the body is read'; \

@@ -425,6 +425,20 @@ ngx_http_rlm_api_create(ngx_http_request_t *r)
                        "a session id is 32 lowercase hex characters");
         }
 
+        /*
+         * several nodes: an id names its owner, so this node makes only
+         * sessions whose id starts with its own id (rlm.cluster forwards a
+         * creation naming another node there before it gets here)
+         */
+
+        if (ngx_http_rlm_session_foreign(id)) {
+            json_decref(body);
+            return ngx_http_rlm_send_error_param(r, NGX_HTTP_BAD_REQUEST,
+                       "invalid_request_error", "invalid_session_id", "id",
+                       "a session id made on this node starts with its "
+                       "rlm_node_id in two hex digits");
+        }
+
     } else if (ngx_http_rlm_session_random_id(id, r->connection->log)
                != NGX_OK)
     {

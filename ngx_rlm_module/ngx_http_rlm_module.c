@@ -46,6 +46,10 @@ static ngx_conf_num_bounds_t  ngx_http_rlm_spares_bounds = {
     ngx_http_rlm_check_bounds, 0, 64
 };
 
+static ngx_conf_num_bounds_t  ngx_http_rlm_node_id_bounds = {
+    ngx_http_rlm_check_bounds, 0, 255
+};
+
 static ngx_conf_num_bounds_t  ngx_http_rlm_pids_bounds = {
     ngx_http_rlm_check_bounds, 1, 65536
 };
@@ -102,6 +106,14 @@ static ngx_command_t  ngx_http_rlm_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_rlm_main_conf_t, session_spares),
       &ngx_http_rlm_spares_bounds },
+
+    /* several nodes: the first byte of every id this node makes */
+    { ngx_string("rlm_node_id"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, node_id),
+      &ngx_http_rlm_node_id_bounds },
 
     { ngx_string("rlm_cell_cpu_time"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -297,8 +309,12 @@ ngx_http_rlm_init_module(ngx_cycle_t *cycle)
     rmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_rlm_module);
 
     if (rmcf == NULL) {
+        ngx_http_rlm_session_set_node(-1);
         return ngx_http_rlm_supervisor_init(cycle, NULL);
     }
+
+    /* the workers forked for this cycle inherit it */
+    ngx_http_rlm_session_set_node(rmcf->node_id);
 
     ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
                   "ngx_rlm/" NGX_HTTP_RLM_VERSION " loaded");
@@ -363,6 +379,7 @@ ngx_http_rlm_create_main_conf(ngx_conf_t *cf)
     rmcf->pool_size = NGX_CONF_UNSET_UINT;
     rmcf->max_sessions = NGX_CONF_UNSET_UINT;
     rmcf->session_spares = NGX_CONF_UNSET_UINT;
+    rmcf->node_id = NGX_CONF_UNSET;
     rmcf->cell_cpu_time = NGX_CONF_UNSET;
     rmcf->cell_timeout = NGX_CONF_UNSET_MSEC;
     rmcf->sandbox_memory = NGX_CONF_UNSET_SIZE;
@@ -390,6 +407,7 @@ ngx_http_rlm_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(rmcf->pool_size, 8);
     ngx_conf_init_uint_value(rmcf->max_sessions, 1024);
     ngx_conf_init_uint_value(rmcf->session_spares, 2);
+    ngx_conf_init_value(rmcf->node_id, -1);
     ngx_conf_init_value(rmcf->cell_cpu_time, 10);
     ngx_conf_init_msec_value(rmcf->cell_timeout, 30000);
     ngx_conf_init_size_value(rmcf->sandbox_memory, 512 * 1024 * 1024);

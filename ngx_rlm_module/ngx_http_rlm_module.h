@@ -198,6 +198,7 @@ typedef struct {
     ngx_uint_t                  pool_size;
     ngx_uint_t                  max_sessions;
     ngx_uint_t                  session_spares;
+    ngx_int_t                   node_id;           /* -1: single node */
 
     time_t                      cell_cpu_time;     /* seconds */
     ngx_msec_t                  cell_timeout;
@@ -427,6 +428,9 @@ ngx_int_t ngx_http_rlm_session_parse_id(u_char *hex, size_t len,
     u_char *id);
 void ngx_http_rlm_session_format_id(u_char *id, u_char *hex);
 ngx_int_t ngx_http_rlm_session_random_id(u_char *id, ngx_log_t *log);
+void ngx_http_rlm_session_set_node(ngx_int_t node);
+ngx_int_t ngx_http_rlm_session_node(void);
+ngx_int_t ngx_http_rlm_session_foreign(u_char *id);
 ngx_int_t ngx_http_rlm_session_reserve(ngx_http_rlm_zone_t *z, u_char *id,
     ngx_str_t *owner, ngx_uint_t max, ngx_http_rlm_session_t **sp);
 ngx_int_t ngx_http_rlm_session_activate(ngx_http_rlm_zone_t *z,

@@ -166,6 +166,44 @@ ngx_http_rlm_session_format_id(u_char *id, u_char *hex)
 }
 
 
+/*
+ * rlm_node_id: the node whose ids these are, -1 for a single node.  Set
+ * from the cycle's configuration in the master before the workers fork
+ * (ngx_http_rlm_init_module()).
+ */
+
+static ngx_int_t  ngx_http_rlm_node = -1;
+
+
+void
+ngx_http_rlm_session_set_node(ngx_int_t node)
+{
+    ngx_http_rlm_node = node;
+}
+
+
+ngx_int_t
+ngx_http_rlm_session_node(void)
+{
+    return ngx_http_rlm_node;
+}
+
+
+/* an id another node made (never with a single node) */
+
+ngx_int_t
+ngx_http_rlm_session_foreign(u_char *id)
+{
+    return ngx_http_rlm_node >= 0 && id[0] != (u_char) ngx_http_rlm_node;
+}
+
+
+/*
+ * 16 random bytes; with rlm_node_id, the first is the node's id, so the
+ * id's first two hex digits name the node that owns the session (ids of
+ * sessions, spares, child loops and completions alike)
+ */
+
 ngx_int_t
 ngx_http_rlm_session_random_id(u_char *id, ngx_log_t *log)
 {
@@ -178,6 +216,10 @@ ngx_http_rlm_session_random_id(u_char *id, ngx_log_t *log)
     if (n != NGX_HTTP_RLM_ID_BYTES) {
         ngx_log_error(NGX_LOG_ALERT, log, ngx_errno, "getrandom() failed");
         return NGX_ERROR;
+    }
+
+    if (ngx_http_rlm_node >= 0) {
+        id[0] = (u_char) ngx_http_rlm_node;
     }
 
     return NGX_OK;

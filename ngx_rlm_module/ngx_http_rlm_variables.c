@@ -20,6 +20,8 @@ static ngx_int_t ngx_http_rlm_sandbox_ms_variable(ngx_http_request_t *r,
 
 static ngx_int_t ngx_http_rlm_completion_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_rlm_node_id_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_rlm_empty_variable(ngx_http_variable_value_t *v);
 
 
@@ -44,6 +46,10 @@ static ngx_http_variable_t  ngx_http_rlm_vars[] = {
     { ngx_string("rlm_tokens"), NULL,
       ngx_http_rlm_completion_variable, 1,
       NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    /* rlm_node_id in decimal, "" for a single node (rlm.cluster reads it) */
+    { ngx_string("rlm_node_id"), NULL,
+      ngx_http_rlm_node_id_variable, 0, 0, 0 },
 
       ngx_http_null_variable
 };
@@ -84,6 +90,34 @@ ngx_http_rlm_session_id_variable(ngx_http_request_t *r,
     v->len = NGX_HTTP_RLM_ID_HEX;
     v->valid = 1;
     v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rlm_node_id_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char     *p;
+    ngx_int_t   node;
+
+    node = ngx_http_rlm_session_node();
+
+    if (node < 0) {
+        return ngx_http_rlm_empty_variable(v);
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    v->len = ngx_sprintf(p, "%i", node) - p;
+    v->data = p;
+    v->valid = 1;
+    v->no_cacheable = 0;
     v->not_found = 0;
 
     return NGX_OK;

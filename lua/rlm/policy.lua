@@ -19,6 +19,7 @@
 --   /v1/models (and anything else): auth and rate.
 -- access("create") guards a location of your own where a POST makes a
 -- session (conf/lua-example.conf): auth, rate and the session limit.
+-- authenticate() checks the key alone (rlm.cluster, before a forward).
 -- models() answers GET /v1/models (content phase).  log() gives back the
 -- slots a request held; conf/policy.conf runs it for every request.
 --
@@ -273,6 +274,21 @@ function _M.access(kind)
             return refuse(c, err)
         end
     end
+end
+
+
+-- authenticate(): the API key alone (no rate, no limits), for a request
+-- this node hands to another that runs the whole policy (rlm.cluster).
+-- Sends the refusal and ends the request, or returns the tenant.
+function _M.authenticate()
+    local c = request_conf()
+
+    local tenant, err = c.auth.authenticate(c)
+    if tenant == nil then
+        return errors.send(err)
+    end
+
+    return tenant
 end
 
 
