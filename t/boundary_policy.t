@@ -20,7 +20,9 @@ open my $fh, '<', "$Root/conf/rlm.conf" or die "conf/rlm.conf: $!";
 my $shipped = do { local $/; <$fh> };
 close $fh;
 
-my ($Completions) = $shipped =~ m{^([ \t]*location = /v1/chat/completions \{.*?^[ \t]*\})}ms
+# (up to the brace at the location's own indentation: blocks inside it
+# close with braces of their own)
+my ($Completions) = $shipped =~ m{^(([ \t]*)location = /v1/chat/completions \{.*?^\2\})}ms
     or die "no completion location in conf/rlm.conf";
 
 # a unique name per run: test files run in parallel
