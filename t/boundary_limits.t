@@ -8,7 +8,7 @@
 # expired.
 #
 # After each answer the test looks at the host's process table: no
-# process of the sandbox's uid may be left, so no CPU is burning.
+# process of the sandbox's cgroup may be left, so no CPU is burning.
 
 use FindBin;
 use lib "$FindBin::Bin/api_lib";
@@ -31,8 +31,8 @@ __DATA__
             local t = require "rlmt"
             local b = require "tamper"
             local id = t.create()
-            local uid, pid = b.sandbox_uid(id)
-            ngx.say("sandbox uid found: ", uid ~= nil)
+            local cg, pid = b.sandbox_cgroup(id)
+            ngx.say("sandbox cgroup found: ", cg ~= nil)
 
             local r, res = t.eval(id, b.DISARM .. b.SPIN)
             ngx.say("http ", res.status, ", cell ", r.status)
@@ -43,13 +43,13 @@ __DATA__
             ngx.say("session ", s.status, ", reason ",
                     (s.reason or ""):match("^(%a+)_limit$") and "a limit"
                     or tostring(s.reason))
-            ngx.say("processes of the sandbox left: ", b.wait_gone(uid))
+            ngx.say("processes of the sandbox left: ", b.wait_gone(cg))
         }
     }
 --- request
 GET /t
 --- response_body
-sandbox uid found: true
+sandbox cgroup found: true
 http 200, cell timeout
 said why: true
 session sandbox_lost, reason a limit
@@ -74,7 +74,7 @@ signal 11
             local t = require "rlmt"
             local b = require "tamper"
             local id = t.create()
-            local uid = b.sandbox_uid(id)
+            local cg = b.sandbox_cgroup(id)
 
             local r, res = t.eval(id, b.DISARM
                                       .. "import time\n"
@@ -87,7 +87,7 @@ signal 11
 
             local s = t.json_http("GET", "/v1/sessions/" .. id).json
             ngx.say("session ", s.status, ", reason ", s.reason)
-            ngx.say("processes of the sandbox left: ", b.wait_gone(uid))
+            ngx.say("processes of the sandbox left: ", b.wait_gone(cg))
 
             -- the session says so to the next cell too
             r = t.eval(id, "x = 1")
@@ -122,7 +122,7 @@ signal 11
             local b = require "tamper"
             local cjson = require "cjson.safe"
             local id = t.create()
-            local uid = b.sandbox_uid(id)
+            local cg = b.sandbox_cgroup(id)
 
             local res, err = t.http("POST", "/v1/sessions/" .. id .. "/eval",
                                     cjson.encode({ code = b.DISARM .. b.SPIN }),
@@ -130,7 +130,7 @@ signal 11
             ngx.say("client hung up: ", err == "aborted" or res == "aborted")
 
             -- the cell is still running: nobody waits for it any more
-            ngx.say("processes of the sandbox left: ", b.wait_gone(uid))
+            ngx.say("processes of the sandbox left: ", b.wait_gone(cg))
 
             local r = t.eval(id, "x = 1")
             ngx.say("next cell ", r.status, ", why: ",
@@ -162,7 +162,7 @@ signal 11
             local t = require "rlmt"
             local b = require "tamper"
             local id = t.create()
-            local uid = b.sandbox_uid(id)
+            local cg = b.sandbox_cgroup(id)
 
             -- longer than the moment after which the CPU watch starts,
             -- mostly asleep: the watch is taken off when it ends
@@ -187,7 +187,7 @@ signal 11
 
             local s = t.json_http("GET", "/v1/sessions/" .. id).json
             ngx.say("session ", s.status)
-            ngx.say("sandbox still there: ", b.count(uid) > 0)
+            ngx.say("sandbox still there: ", b.count(cg) > 0)
         }
     }
 --- request

@@ -1,5 +1,6 @@
 -- tamper: what a cell does to escape the sandbox's own time limits, and
--- how t/boundary_limits.t looks for what is left of its sandbox.
+-- how t/boundary_limits.t looks for what is left of its sandbox (the
+-- processes in its cgroup).
 
 local t = require "rlmt"
 
@@ -30,16 +31,17 @@ _M.SPIN = table.concat({
     "" }, "\n")
 
 
--- the uid and host pid of a session's sandbox (each sandbox has a uid
--- of its own, so the uid finds every process it made)
-function _M.sandbox_uid(id)
+-- what names a session's sandbox on the host: the line of its pids
+-- cgroup in /proc/<pid>/cgroup (one cgroup per sandbox; uids are not
+-- unique between managers, and suites run side by side), and its pid
+function _M.sandbox_cgroup(id)
     local s = t.json_http("GET", "/v1/sessions/" .. id).json
     local pid = s and s.sandbox and s.sandbox.pid
     if not pid then
         return nil
     end
 
-    local f = io.open("/proc/" .. pid .. "/status")
+    local f = io.open("/proc/" .. pid .. "/cgroup")
     if not f then
         return nil
     end
@@ -47,19 +49,20 @@ function _M.sandbox_uid(id)
     local text = f:read("*a")
     f:close()
 
-    return tonumber(text:match("\nUid:%s+(%d+)")), pid
+    local line = text:match("(%d+:pids:/[^\n]+)")
+
+    return line, pid
 end
 
 
--- host processes running as uid
-function _M.count(uid)
-    if not uid then
+-- host processes in that cgroup
+function _M.count(line)
+    if not line then
         return -1
     end
 
-    local p = io.popen("grep -l '^Uid:[[:space:]]*" .. uid
-                       .. "[[:space:]]' /proc/[0-9]*/status 2>/dev/null"
-                       .. " | wc -l")
+    local p = io.popen("grep -l -F -x '" .. line .. "' /proc/[0-9]*/cgroup"
+                       .. " 2>/dev/null | wc -l")
     local n = tonumber(p:read("*a"))
     p:close()
 
@@ -67,11 +70,12 @@ function _M.count(uid)
 end
 
 
--- waits (bounded: 60 s) until uid has no process; the count then
-function _M.wait_gone(uid)
+-- waits (bounded: 40 s, within the test client's 60) until the
+-- sandbox has no process; the count then
+function _M.wait_gone(cg)
     local n
-    for _ = 1, 300 do
-        n = _M.count(uid)
+    for _ = 1, 200 do
+        n = _M.count(cg)
         if n == 0 then
             return 0
         end
