@@ -710,7 +710,7 @@ nothing to forget: 0 0
 bad id: -1
 no directory configured: 0
 --- error_log eval
-qr/trajectories of an earlier session 0{30}4e kept in ".*\/traj\/0{30}4e\.\d+\.\d+"/
+qr/trajectories of an earlier session 0{30}4e kept in ".*\/traj_temp\/0{30}4e\.\d+\.\d+"/
 --- no_error_log
 [error]
 [alert]
