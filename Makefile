@@ -3,6 +3,7 @@
 #   make              build the module and rlm-sandboxd into build/
 #   make run          serve on 127.0.0.1:$(PORT) in the foreground
 #   make test         build and run every test suite
+#   make test-real    the same under the CPAN Test::Nginx (REAL_TEST_NGINX)
 #   make asan         build with AddressSanitizer + UBSan into build/asan
 #   make asan-test    run the suites against the ASan build
 #   make valgrind-test  run the suites with nginx under valgrind memcheck
@@ -47,7 +48,7 @@ PROVE_ENV := TEST_NGINX_BINARY=$(NGINX) \
 
 TESTS     ?= t/
 
-.PHONY: all deps module sandbox run-prefix run test asan asan-test \
+.PHONY: all deps module sandbox run-prefix run test test-real asan asan-test \
         asan-test-run \
         valgrind-test fuzz bench-llm clean npm-deps
 
@@ -162,6 +163,19 @@ run: all run-prefix
 
 test: all npm-deps
 	$(PROVE_ENV) prove -I t/lib -I t -r $(TESTS)
+
+# The same suites under the unmodified CPAN Test::Nginx instead of our
+# runner in t/lib (not packaged in Debian: a copy of its lib/ beside the
+# checkout, as CI has it).  Skipped, saying so, when it is not there.
+REAL_TEST_NGINX ?= ../shared/vendor/test-nginx/lib
+
+test-real: all npm-deps
+	@if [ -d $(REAL_TEST_NGINX)/Test/Nginx ]; then \
+	    echo "ngx_rlm: the suites under the CPAN Test::Nginx in $(REAL_TEST_NGINX)"; \
+	    $(PROVE_ENV) prove -I $(REAL_TEST_NGINX) -I t -r $(TESTS); \
+	else \
+	    echo "ngx_rlm: test-real skipped: no Test::Nginx in $(REAL_TEST_NGINX)"; \
+	fi
 
 # Installed from npm once per version (the stamps).  Without npm the
 # suites that need them are skipped, unless RLM_REQUIRE_NODE is set (CI).

@@ -160,7 +160,7 @@ _EOC_
         $block->set_value('http_config', $block->http_config . <<'_EOC_');
     lua_package_path "$TEST_NGINX_RLM_ROOT/lua/?.lua;$TEST_NGINX_RLM_ROOT/t/lib/?.lua;;";
     rlm_sandboxd $TEST_NGINX_RLM_SANDBOXD;
-    rlm_runtime_dir $TEST_NGINX_SERVER_ROOT/rlm;
+    rlm_runtime_dir $TEST_NGINX_SERVER_ROOT/rlm_temp;
     rlm_sessions_zone rlm_sessions 8m;
     rlm_pool_size 2;
 _EOC_

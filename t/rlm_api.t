@@ -345,7 +345,7 @@ calls active 0 cancelled 1
 
 === TEST 10: a trajectory per completion in the reference format, listed and served per session
 --- http_config
-    rlm_trajectory_dir trajectories;
+    rlm_trajectory_dir traj_temp;
 --- config
     location ~ ^/v1/sessions/[^/]+/trajectories(/.*)?$ { rlm_trajectories; }
     location = /t {

@@ -44,7 +44,7 @@ add_block_preprocessor(sub {
                 rlmt_str_t *dir, const unsigned char *session_hex);
         ]]
 
-        local M = { dir = "$TEST_NGINX_SERVER_ROOT/traj" }
+        local M = { dir = "$TEST_NGINX_SERVER_ROOT/traj_temp" }
 
         function M.sh(cmd)
             local f = io.popen(cmd)
@@ -107,7 +107,7 @@ __DATA__
 
 === TEST 1: the writer: metadata line, iteration lines in the reference's keys
 --- http_config
-    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj;
+    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj_temp;
 --- config
     location = /t {
         content_by_lua_block {
@@ -287,7 +287,7 @@ list: true bytes=true
 
 === TEST 2: the writer refuses to overwrite a file, bad ids and a missing directory
 --- http_config
-    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj;
+    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj_temp;
 --- config
     location = /t {
         content_by_lua_block {
@@ -359,7 +359,7 @@ nothing else written: chatcmpl-taken.jsonl
 
 === TEST 3: list and get: only valid trajectory files, oldest first, exact bytes
 --- http_config
-    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj;
+    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj_temp;
 --- config
     location = /t {
         content_by_lua_block {
@@ -451,7 +451,7 @@ there: 200
 
 === TEST 4: path traversal: encoded dots, slashes, NUL, symlinks never reach a file
 --- http_config
-    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj;
+    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj_temp;
 --- config
     # no api locations
     # own trajectories location
@@ -466,6 +466,12 @@ there: 200
     # what a URI normalized out of the API reaches
     location /v1/ { return 404; }
     location = /t {
+        # the file above the trajectory dir is at the top of the server
+        # root, where the runners allow only their own dirs and *_temp:
+        # gone before the response ends, whatever the driver did
+        log_by_lua_block {
+            os.remove("$TEST_NGINX_SERVER_ROOT/chatcmpl-up.jsonl")
+        }
         content_by_lua_block {
             local t = require "rlmt"
             local tt = require "trajt"
@@ -557,7 +563,7 @@ alice reads hers: 200 true
 
 === TEST 5: owners: another tenant's session has no trajectories to see
 --- http_config
-    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj;
+    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj_temp;
 --- config
     # no api locations
     # own trajectories location
@@ -608,7 +614,7 @@ bob, unknown completion: 404 session_not_found invalid_request_error
 
 === TEST 6: deleted sessions and a new session with a deleted one's id
 --- http_config
-    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj;
+    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj_temp;
 --- config
     location = /t {
         content_by_lua_block {
@@ -656,7 +662,7 @@ its own: 1 chatcmpl-new
 
 === TEST 7: forget: a reused id's earlier trajectories are moved out of reach
 --- http_config
-    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj;
+    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj_temp;
 --- config
     location = /t {
         content_by_lua_block {
@@ -704,7 +710,7 @@ nothing to forget: 0 0
 bad id: -1
 no directory configured: 0
 --- error_log eval
-qr/trajectories of an earlier session 0{30}4e kept in ".*\/traj\/0{30}4e\.\d+\.\d+"/
+qr/trajectories of an earlier session 0{30}4e kept in ".*\/traj_temp\/0{30}4e\.\d+\.\d+"/
 --- no_error_log
 [error]
 [alert]
@@ -714,7 +720,7 @@ qr/trajectories of an earlier session 0{30}4e kept in ".*\/traj\/0{30}4e\.\d+\.\
 
 === TEST 8: methods, ids and routes
 --- http_config
-    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj;
+    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj_temp;
 --- config
     location /other/ { rlm_trajectories; }
     location = /t {
@@ -792,12 +798,12 @@ get: 404 not_found invalid_request_error
 
 === TEST 10: a relative rlm_trajectory_dir is under the prefix, made 0700 at start
 --- http_config
-    rlm_trajectory_dir traj_rel/;
+    rlm_trajectory_dir traj_temp/;
 --- config
     location = /t {
         content_by_lua_block {
             local tt = require "trajt"
-            ngx.say(tt.sh("stat -c '%F %a' $TEST_NGINX_SERVER_ROOT/traj_rel"))
+            ngx.say(tt.sh("stat -c '%F %a' $TEST_NGINX_SERVER_ROOT/traj_temp"))
         }
     }
 --- request

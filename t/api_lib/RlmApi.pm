@@ -36,7 +36,7 @@ $ENV{TEST_NGINX_RLM_SANDBOXD} = $sandboxd;
 
 our @Defaults = (
     [ rlm_sandboxd       => '$TEST_NGINX_RLM_SANDBOXD' ],
-    [ rlm_runtime_dir    => '$TEST_NGINX_SERVER_ROOT/rlm' ],
+    [ rlm_runtime_dir    => '$TEST_NGINX_SERVER_ROOT/rlm_temp' ],
     [ rlm_sessions_zone  => 'rlm_sessions 8m' ],
     [ rlm_pool_size      => '2' ],
     [ rlm_cell_timeout   => '10s' ],

@@ -12,6 +12,11 @@ use warnings;
 
 our $VERSION = '0.29_rlm';
 
+# defined by this runner only, not by the CPAN Test::Nginx: what a file
+# that checks this runner's own behaviour (t/harness/negative.t) or a
+# suite that must know looks for
+our $RlmRunner = 1;
+
 use base 'Exporter';
 
 use Carp qw( croak );
@@ -103,6 +108,7 @@ our $HtmlDir    = File::Spec->catfile($ServRoot, 'html');
 our $ConfDir    = File::Spec->catfile($ServRoot, 'conf');
 our $ConfFile   = File::Spec->catfile($ConfDir, 'nginx.conf');
 our $PidFile    = File::Spec->catfile($LogDir, 'nginx.pid');
+our $CacheDir   = File::Spec->catfile($ServRoot, 'cache');
 # one file per process (%p): with master_on the workers write their own
 our $ValgrindLog = File::Spec->catfile($LogDir, 'valgrind.%p.log');
 
@@ -425,12 +431,25 @@ sub get_nginx_version () {
 
 # ---- server root, user files, nginx.conf ----------------------------------
 
+# As in the CPAN module: remove only what a block may create (conf/,
+# html/, logs/, cache/, *_temp, *_cache), in case TEST_NGINX_SERVROOT
+# points somewhere it should not, then remove the root itself and bail
+# out if anything else is left in it.  A suite that keeps files at the
+# top of the server root (a runtime or trajectory dir, say) must name
+# them *_temp or put them under logs/, or it stops the CPAN runner at
+# its second block; failing here the same way keeps that from
+# regressing unseen.
 sub setup_server_root () {
     if (-d $ServRoot) {
-        # remove only what we create, in case TEST_NGINX_SERVROOT is
-        # pointed somewhere it should not be
-        remove_tree($ConfDir, $HtmlDir, $LogDir,
+        remove_tree($ConfDir, $HtmlDir, $LogDir, $CacheDir,
                     glob("$ServRoot/*_temp"), glob("$ServRoot/*_cache"));
+        if (!rmdir $ServRoot) {
+            my $err = "$!";
+            my @left = map { s{.*/}{}r } glob("$ServRoot/* $ServRoot/.*");
+            @left = grep { $_ ne '.' && $_ ne '..' } @left;
+            bail_out("Can't remove $ServRoot (not empty?): $err"
+                     . (@left ? " (left: @left)" : ''));
+        }
     }
 
     for my $dir ($ServRoot, $LogDir, $HtmlDir, $ConfDir) {
