@@ -51,6 +51,7 @@ static void ngx_http_rlm_cell_wait_handler(ngx_event_t *e);
 static void ngx_http_rlm_cell_wake(ngx_http_rlm_session_t *s);
 static ngx_int_t ngx_http_rlm_cell_run(ngx_http_rlm_cell_t *cell);
 static void ngx_http_rlm_cell_watch(ngx_event_t *e);
+static void ngx_http_rlm_cell_send_watch(ngx_http_rlm_cell_t *cell);
 static ngx_int_t ngx_http_rlm_cell_frame(ngx_http_rlm_peer_t *p,
     json_t *msg);
 static void ngx_http_rlm_cell_peer_done(ngx_http_rlm_peer_t *p,
@@ -370,16 +371,26 @@ ngx_http_rlm_cell_run(ngx_http_rlm_cell_t *cell)
 static void
 ngx_http_rlm_cell_watch(ngx_event_t *e)
 {
-    ngx_http_rlm_cell_t       *cell = e->data;
-    ngx_http_rlm_main_conf_t  *rmcf;
+    ngx_http_rlm_cell_t  *cell = e->data;
 
     if (cell->peer == NULL || cell->finalized) {
         return;
     }
 
-    rmcf = ngx_http_get_module_main_conf(cell->request, ngx_http_rlm_module);
-
     cell->watched = 1;
+
+    ngx_http_rlm_cell_send_watch(cell);
+}
+
+
+/* a whole cell's CPU limit and the grace, counted by the manager */
+
+static void
+ngx_http_rlm_cell_send_watch(ngx_http_rlm_cell_t *cell)
+{
+    ngx_http_rlm_main_conf_t  *rmcf;
+
+    rmcf = ngx_http_get_module_main_conf(cell->request, ngx_http_rlm_module);
 
     /* the cycle's log: the control request may outlive this request */
     ngx_http_rlm_control_watch(ngx_cycle->log, cell->sandbox,
@@ -988,17 +999,11 @@ ngx_http_rlm_cell_cleanup(void *data)
 static void
 ngx_http_rlm_cell_abandon(ngx_http_rlm_cell_t *cell)
 {
-    ngx_http_rlm_main_conf_t  *rmcf;
-
     if (!cell->api) {
         ngx_http_rlm_control_interrupt(ngx_cycle->log, cell->sandbox);
     }
 
-    rmcf = ngx_http_get_module_main_conf(cell->request, ngx_http_rlm_module);
-
-    ngx_http_rlm_control_watch(ngx_cycle->log, cell->sandbox,
-                               (ngx_msec_t) rmcf->cell_cpu_time * 1000
-                               + NGX_HTTP_RLM_CPU_GRACE);
+    ngx_http_rlm_cell_send_watch(cell);
 
     /* only the turn's holder writes it; the next one reads it after */
     cell->session->watched = 1;
