@@ -80,8 +80,8 @@ $(MODULE): $(B)/nginx-src/objs/Makefile $(MOD_SRCS)
 sandbox: | deps
 	$(MAKE) -s -C sandbox BUILD=$(B) SAN=$(SAN)
 
-# A private prefix holds the conf/ files, with the port substituted, and
-# the load_module lines for this build; t/conf_files.t, t/conf_auth.t and
+# A private prefix holds the conf/ files as they are, and the files they
+# include that depend on this checkout, build, port and environment; t/conf_files.t, t/conf_auth.t and
 # t/conf_run.t use it too.  Everything in it is made anew at each run but
 # trajectories/, where the completions' trajectories accumulate.
 RUN_DIR ?= $(B)/run
@@ -100,12 +100,12 @@ run-prefix:
 	@mkdir -p $(RUN_DIR) && find $(RUN_DIR) -mindepth 1 -maxdepth 1 \
 	    ! -name trajectories -exec rm -rf {} + \
 	 && mkdir -p $(RUN_DIR)/conf $(RUN_DIR)/logs
-	@for f in conf/*.conf; do \
-	    sed -e 's/8080/$(PORT)/g' -e 's/8081/$(DEMO_PORT)/g' \
-	        -e 's|@TOP@|$(TOP)|g' \
-	        -e 's|@BUILD@|$(B)|g' -e 's|@RUN@|$(abspath $(RUN_DIR))|g' \
-	        $$f > $(RUN_DIR)/conf/$$(basename $$f); \
-	done
+	@cp conf/*.conf $(RUN_DIR)/conf/
+	@{ echo 'lua_package_path "$(TOP)/lua/?.lua;;";'; \
+	   echo 'rlm_sandboxd $(B)/bin/rlm-sandboxd;'; \
+	   echo 'rlm_runtime_dir $(abspath $(RUN_DIR))/rt;'; \
+	 } > $(RUN_DIR)/conf/paths.conf
+	@echo "listen 127.0.0.1:$(DEMO_PORT);" > $(RUN_DIR)/conf/demo-listen.conf
 	@for m in $(LOAD_MODULES); do echo "load_module $$m;"; done \
 	    > $(RUN_DIR)/conf/modules.conf
 	@{ if [ -n "$$RLM_UPSTREAM_URL" ]; then \

@@ -66,6 +66,7 @@ _EOC_
     $block->set_value('config', <<"_EOC_" . $config);
     # no completions location
     # no api locations
+    include $Root/conf/policy-server.conf;
 $Completions
     location /v1/sessions {
         access_by_lua_block { require("rlm.policy").access() }

@@ -292,6 +292,7 @@ t2 list: 0
 --- http_config
     include $TEST_NGINX_RLM_ROOT/conf/policy.conf;
 --- config
+    include $TEST_NGINX_RLM_ROOT/conf/policy-server.conf;
     include $TEST_NGINX_RLM_ROOT/conf/lua-example.conf;
     location = /t {
         content_by_lua_block {

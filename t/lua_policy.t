@@ -16,8 +16,9 @@ master_on();
 timeout(30);
 no_shuffle();
 
-# Every block gets the policy at http level and, unless its config says
-# "# no policy locations", the three guarded locations.
+# Every block gets the policy at http level, conf/policy-server.conf in
+# its server unless its config says "# no policy-server.conf" and, unless
+# its config says "# no policy locations", the three guarded locations.
 our $Locations = <<'CONF';
     location = /v1/chat/completions {
         client_max_body_size 64m;
@@ -40,8 +41,12 @@ add_block_preprocessor(sub {
         . qq{    include $Root/conf/policy.conf;\n} . $http);
 
     if (defined $config && $config !~ /#\s*no policy locations/) {
-        $block->set_value('config', $Locations . $config);
+        $config = $Locations . $config;
     }
+    if (defined $config && $config !~ /#\s*no policy-server\.conf/) {
+        $config = qq{    include $Root/conf/policy-server.conf;\n} . $config;
+    }
+    $block->set_value('config', $config) if defined $config;
 });
 
 # nginx is up before its rlm-sandboxd is: TEST 14 waits (at most 10 s)
@@ -641,6 +646,8 @@ GET is left to the handler: 200 tenant= route= provider= root= sub=
         require("rlm.policy").configure{ body_max = 200000 }
     }
 --- config
+    # no policy-server.conf: its 1m buffer would hide this one
+    log_by_lua_block { require("rlm.policy").log() }
     client_body_buffer_size 1k;
     client_body_temp_path $TEST_NGINX_SERVER_ROOT/body_temp;
     location = /t {

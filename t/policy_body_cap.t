@@ -24,7 +24,8 @@ add_block_preprocessor(sub {
     }
 CONF
 
-    $block->set_value('config', <<'CONF');
+    $block->set_value('config', <<"CONF");
+    include $Root/conf/policy-server.conf;
     location = /v1/chat/completions {
         client_max_body_size 0;
         access_by_lua_block { require("rlm.policy").access() }

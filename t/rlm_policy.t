@@ -23,6 +23,9 @@ add_block_preprocessor(sub {
         }
     }
 _EOC_
+    $block->set_value('config',
+        qq{    include $Root/conf/policy-server.conf;\n}
+        . ($block->config // ''));
 });
 
 # the keys and routes files are written by the test before nginx starts

@@ -10,8 +10,9 @@
 -- possible (fixed window, not a sliding one).
 --
 -- Concurrency: a per-tenant counter taken in the access phase and given
--- back in the log phase (rlm.policy.log, which conf/policy.conf runs
--- for every request), also after an internal redirect.  If a worker
+-- back in the log phase (rlm.policy.log, which conf/policy-server.conf
+-- runs for every request of its server), also after an internal
+-- redirect.  If a worker
 -- dies in between, its slots stay taken until nginx restarts.
 --
 -- Sessions: POST /v1/sessions asks the module how many sessions the

@@ -21,7 +21,8 @@
 -- session (conf/lua-example.conf): auth, rate and the session limit.
 -- authenticate() checks the key alone (rlm.cluster, before a forward).
 -- models() answers GET /v1/models (content phase).  log() gives back the
--- slots a request held; conf/policy.conf runs it for every request.
+-- slots a request held; conf/policy-server.conf runs it for every
+-- request of the server that includes it.
 --
 -- It hands its results to C only through nginx variables (declared in
 -- conf/policy.conf) and the request body:
