@@ -24,6 +24,7 @@
 
 typedef struct {
     ngx_flag_t                  enabled;
+    ngx_http_rlm_conf_where_t   where;          /* of rlm_completions */
     ngx_http_complex_value_t   *provider;
     ngx_http_complex_value_t   *model;
     ngx_http_complex_value_t   *sub_model;
@@ -148,7 +149,7 @@ static ngx_command_t  ngx_http_rlm_chat_commands[] = {
 
     { ngx_string("rlm_block_output_max"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_size_slot,
+      ngx_http_rlm_conf_set_size_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rlm_chat_loc_conf_t, loop.block_output_max),
       &ngx_http_rlm_chat_output_bounds },
@@ -305,6 +306,10 @@ ngx_http_rlm_chat_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_value(conf->enabled, prev->enabled, 0);
 
+    if (conf->where.file.len == 0) {
+        conf->where = prev->where;
+    }
+
     if (conf->provider == NULL) {
         conf->provider = prev->provider;
     }
@@ -357,9 +362,10 @@ ngx_http_rlm_chat_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         if (ngx_http_rlm_llm_providers(cf) == NULL
             || ngx_http_rlm_llm_providers(cf)->nelts == 0)
         {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"rlm_completions\" needs an "
-                               "\"rlm_provider\" in the http block");
+            /* merging runs at the end of the http block: say where */
+            ngx_http_rlm_conf_error_at(cf->log, &conf->where,
+                                       "\"rlm_completions\" needs an "
+                                       "\"rlm_provider\" in the http block");
             return NGX_CONF_ERROR;
         }
 
@@ -384,6 +390,7 @@ ngx_http_rlm_chat_enable(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     rclf->enabled = 1;
+    ngx_http_rlm_conf_where(cf, &rclf->where);
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     clcf->handler = ngx_http_rlm_chat_handler;

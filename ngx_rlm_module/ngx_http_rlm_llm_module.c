@@ -32,6 +32,7 @@
 
 #include "ngx_http_rlm_module.h"
 #include "ngx_http_rlm_llm.h"
+#include "ngx_http_rlm_conf.h"
 
 
 typedef struct {
@@ -50,6 +51,7 @@ typedef struct {
     ngx_http_rlm_llm_handler_e  handler;
     ngx_str_t                   provider_name;
     ngx_http_rlm_provider_t    *provider;
+    ngx_http_rlm_conf_where_t   where;          /* of the handler directive */
 } ngx_http_rlm_llm_loc_conf_t;
 
 
@@ -263,9 +265,9 @@ ngx_http_rlm_llm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     lmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_rlm_llm_module);
 
     if (lmcf->providers->nelts == 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"rlm_chat_passthrough\" needs an "
-                           "\"rlm_provider\"");
+        ngx_http_rlm_conf_error_at(cf->log, &conf->where,
+                                   "\"rlm_chat_passthrough\" needs an "
+                                   "\"rlm_provider\"");
         return NGX_CONF_ERROR;
     }
 
@@ -278,9 +280,9 @@ ngx_http_rlm_llm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     conf->provider = ngx_http_rlm_llm_find_provider(lmcf->providers,
                                                     &conf->provider_name);
     if (conf->provider == NULL) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "unknown rlm_provider \"%V\"",
-                           &conf->provider_name);
+        ngx_http_rlm_conf_error_at(cf->log, &conf->where,
+                                   "unknown rlm_provider \"%V\"",
+                                   &conf->provider_name);
         return NGX_CONF_ERROR;
     }
 
@@ -331,6 +333,7 @@ ngx_http_rlm_llm_set_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     llcf->handler = (ngx_http_rlm_llm_handler_e) (uintptr_t) cmd->post;
+    ngx_http_rlm_conf_where(cf, &llcf->where);
 
     if (cf->args->nelts > 1) {
         value = cf->args->elts;

@@ -9,10 +9,13 @@
  *                  [max_response=SIZE];
  *
  * BASE_URL is what OpenAI SDKs take (https://api.openai.com/v1); calls go
- * to BASE_URL/chat/completions.  The key is read once, while the master
- * parses the configuration: from its environment (key_env) or from a file
- * (key_file, surrounding white space removed).  It is kept only in the
- * header line sent to the provider and for redaction of messages.
+ * to BASE_URL/chat/completions.  libcurl's own URL parser checks it here,
+ * so that a URL curl would refuse fails `nginx -t`.  The key is read
+ * once, while the master parses the configuration: from a variable that
+ * nginx's "env" directive passes on (key_env; "env" comes before the
+ * http block) or from a file (key_file, surrounding white space removed).
+ * It is kept only in the header line sent to the provider and for
+ * redaction of messages.
  */
 
 
@@ -20,6 +23,7 @@
 #include <ngx_core.h>
 
 #include "ngx_http_rlm_llm.h"
+#include "ngx_http_rlm_conf.h"
 
 
 static char *ngx_http_rlm_llm_set_key(ngx_conf_t *cf,
@@ -60,10 +64,11 @@ ngx_http_rlm_llm_parse_provider(ngx_conf_t *cf, ngx_http_rlm_provider_t *p)
 {
     u_char      *q;
     char        *rv;
+    const char  *err;
     ngx_int_t    n;
     ngx_str_t   *value, v, key, env_name;
     ngx_uint_t   i, have_key;
-    ssize_t      size;
+    off_t        size;
     ngx_msec_t   ms;
 
     ngx_http_rlm_llm_time_param_t  *t;
@@ -103,6 +108,14 @@ ngx_http_rlm_llm_parse_provider(ngx_conf_t *cf, ngx_http_rlm_provider_t *p)
                 v.len--;
             }
 
+            err = ngx_http_rlm_conf_url_error(cf, &v);
+            if (err) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "rlm_provider \"%V\": invalid url "
+                                   "\"%V\": %s", &p->name, &v, err);
+                return NGX_CONF_ERROR;
+            }
+
             p->url = v;
             continue;
         }
@@ -115,26 +128,32 @@ ngx_http_rlm_llm_parse_provider(ngx_conf_t *cf, ngx_http_rlm_provider_t *p)
             env_name.len = value[i].len - 8;
             env_name.data = value[i].data + 8;
 
-            /* the master's environment, before nginx trims it for workers */
-            q = (u_char *) getenv((char *) env_name.data);
+            /* what "env NAME;" or "env NAME=VALUE;" passes on */
+            n = ngx_http_rlm_conf_env(cf->cycle, &env_name, &key);
 
-            if ((q == NULL || *q == '\0')
+            if ((n == NGX_DECLINED || key.len == 0)
                 && ngx_process == NGX_PROCESS_SIGNALLER)
             {
                 /* "nginx -s reload" from a shell without the variable */
                 continue;
             }
 
-            if (q == NULL || *q == '\0') {
+            if (n == NGX_DECLINED) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "rlm_provider \"%V\": key_env=%V needs "
+                                   "\"env %V;\" in the main context, before "
+                                   "the http block", &p->name, &env_name,
+                                   &env_name);
+                return NGX_CONF_ERROR;
+            }
+
+            if (key.len == 0) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                    "rlm_provider \"%V\": environment "
                                    "variable \"%V\" is not set or empty",
                                    &p->name, &env_name);
                 return NGX_CONF_ERROR;
             }
-
-            key.data = q;
-            key.len = ngx_strlen(q);
 
             rv = ngx_http_rlm_llm_set_key(cf, p, &key);
             if (rv != NGX_CONF_OK) {
@@ -217,12 +236,14 @@ ngx_http_rlm_llm_parse_provider(ngx_conf_t *cf, ngx_http_rlm_provider_t *p)
             v.len = value[i].len - 13;
             v.data = value[i].data + 13;
 
-            size = ngx_parse_size(&v);
-            if (size == NGX_ERROR || size < 1024) {
+            size = ngx_parse_offset(&v);
+            if (size == NGX_ERROR || size < 1024
+                || (uint64_t) size > NGX_MAX_SIZE_T_VALUE)
+            {
                 goto invalid;
             }
 
-            p->max_response = size;
+            p->max_response = (size_t) size;
             continue;
         }
 

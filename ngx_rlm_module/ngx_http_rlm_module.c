@@ -29,6 +29,8 @@ static char *ngx_http_rlm_sessions_zone(ngx_conf_t *cf, ngx_command_t *cmd,
 static ngx_int_t ngx_http_rlm_add_zone(ngx_conf_t *cf,
     ngx_http_rlm_main_conf_t *rmcf, ngx_str_t *name, size_t size);
 static char *ngx_http_rlm_check_path(ngx_conf_t *cf, void *post, void *data);
+static char *ngx_http_rlm_manager(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static ngx_int_t ngx_http_rlm_handler(ngx_http_request_t *r);
 
 
@@ -62,26 +64,58 @@ static ngx_conf_post_t  ngx_http_rlm_path_post = {
     ngx_http_rlm_check_path
 };
 
+static ngx_http_rlm_conf_bounds_t  ngx_http_rlm_cpu_time_bounds = {
+    ngx_http_rlm_conf_sec_bounds, 1, NGX_MAX_INT32_VALUE, "at least 1s"
+};
+
+static ngx_http_rlm_conf_bounds_t  ngx_http_rlm_cell_timeout_bounds = {
+    ngx_http_rlm_conf_msec_bounds, 10, NGX_MAX_INT32_VALUE, "at least 10ms"
+};
+
+static ngx_http_rlm_conf_bounds_t  ngx_http_rlm_idle_timeout_bounds = {
+    ngx_http_rlm_conf_sec_bounds, 1, NGX_MAX_INT32_VALUE, "at least 1s"
+};
+
+static ngx_http_rlm_conf_bounds_t  ngx_http_rlm_memory_bounds = {
+    ngx_http_rlm_conf_size_bounds, 16 * 1024 * 1024, NGX_MAX_OFF_T_VALUE,
+    "at least 16m, CPython does not start in less"
+};
+
+static ngx_http_rlm_conf_bounds_t  ngx_http_rlm_output_bounds = {
+    ngx_http_rlm_conf_size_bounds, 1024, NGX_MAX_OFF_T_VALUE,
+    "at least 1k"
+};
+
+static ngx_http_rlm_conf_bounds_t  ngx_http_rlm_frame_bounds = {
+    ngx_http_rlm_conf_size_bounds, 1024, 16 * 1024 * 1024,
+    "from 1k to 16m (a frame's size)"
+};
+
+static ngx_http_rlm_conf_bounds_t  ngx_http_rlm_context_bounds = {
+    ngx_http_rlm_conf_size_bounds, 1, 0xffffffff,
+    "between 1 and 4095m (the protocol's blob length is 32 bits)"
+};
+
 
 static ngx_command_t  ngx_http_rlm_commands[] = {
 
     { ngx_string("rlm_sandboxd"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_str_slot,
+      ngx_http_rlm_manager,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_rlm_main_conf_t, sandboxd),
       &ngx_http_rlm_path_post },
 
     { ngx_string("rlm_sandboxd_socket"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_str_slot,
+      ngx_http_rlm_manager,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_rlm_main_conf_t, sandboxd_socket),
       &ngx_http_rlm_path_post },
 
     { ngx_string("rlm_runtime_dir"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_str_slot,
+      ngx_http_rlm_manager,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_rlm_main_conf_t, runtime_dir),
       &ngx_http_rlm_path_post },
@@ -120,21 +154,21 @@ static ngx_command_t  ngx_http_rlm_commands[] = {
       ngx_conf_set_sec_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_rlm_main_conf_t, cell_cpu_time),
-      NULL },
+      &ngx_http_rlm_cpu_time_bounds },
 
     { ngx_string("rlm_cell_timeout"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_msec_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_rlm_main_conf_t, cell_timeout),
-      NULL },
+      &ngx_http_rlm_cell_timeout_bounds },
 
     { ngx_string("rlm_sandbox_memory"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_size_slot,
+      ngx_http_rlm_conf_set_size_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_rlm_main_conf_t, sandbox_memory),
-      NULL },
+      &ngx_http_rlm_memory_bounds },
 
     { ngx_string("rlm_sandbox_pids"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -145,31 +179,31 @@ static ngx_command_t  ngx_http_rlm_commands[] = {
 
     { ngx_string("rlm_output_max"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_size_slot,
+      ngx_http_rlm_conf_set_size_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_rlm_main_conf_t, output_max),
-      NULL },
+      &ngx_http_rlm_output_bounds },
 
     { ngx_string("rlm_answer_max"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_size_slot,
+      ngx_http_rlm_conf_set_size_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_rlm_main_conf_t, answer_max),
-      NULL },
+      &ngx_http_rlm_frame_bounds },
 
     { ngx_string("rlm_state_max"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_size_slot,
+      ngx_http_rlm_conf_set_size_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_rlm_main_conf_t, state_max),
-      NULL },
+      &ngx_http_rlm_frame_bounds },
 
     { ngx_string("rlm_session_idle_timeout"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_sec_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_rlm_main_conf_t, session_idle_timeout),
-      NULL },
+      &ngx_http_rlm_idle_timeout_bounds },
 
     { ngx_string("rlm_session_queue"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -187,10 +221,10 @@ static ngx_command_t  ngx_http_rlm_commands[] = {
 
     { ngx_string("rlm_context_max_size"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_size_slot,
+      ngx_http_rlm_conf_set_size_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_rlm_main_conf_t, context_max_size),
-      NULL },
+      &ngx_http_rlm_context_bounds },
 
     { ngx_string("rlm_session_owner"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -419,65 +453,6 @@ ngx_http_rlm_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(rmcf->session_queue, 16);
     ngx_conf_init_size_value(rmcf->context_max_size, 256 * 1024 * 1024);
 
-    if (rmcf->answer_max < 1024 || rmcf->answer_max > 16 * 1024 * 1024
-        || rmcf->state_max < 1024 || rmcf->state_max > 16 * 1024 * 1024)
-    {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"rlm_answer_max\" and \"rlm_state_max\" must "
-                           "be from 1k to 16m (a frame's size)");
-        return NGX_CONF_ERROR;
-    }
-
-    if (rmcf->cell_cpu_time == 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"rlm_cell_cpu_time\" must be at least 1s");
-        return NGX_CONF_ERROR;
-    }
-
-    if (rmcf->cell_timeout < 10) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"rlm_cell_timeout\" must be at least 10ms");
-        return NGX_CONF_ERROR;
-    }
-
-    if (rmcf->sandbox_memory < 16 * 1024 * 1024) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"rlm_sandbox_memory\" must be at least 16m, "
-                           "CPython does not start in less");
-        return NGX_CONF_ERROR;
-    }
-
-    if (rmcf->output_max < 1024) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"rlm_output_max\" must be at least 1k");
-        return NGX_CONF_ERROR;
-    }
-
-    if (rmcf->sandboxd.len && rmcf->sandboxd_socket.len) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"rlm_sandboxd\" and \"rlm_sandboxd_socket\" "
-                           "are mutually exclusive: nginx either runs the "
-                           "sandbox manager or connects to one");
-        return NGX_CONF_ERROR;
-    }
-
-    if (rmcf->session_idle_timeout == 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"rlm_session_idle_timeout\" must be at least "
-                           "1s");
-        return NGX_CONF_ERROR;
-    }
-
-    if (rmcf->context_max_size == 0
-        || rmcf->context_max_size > (size_t) 0xffffffff)
-    {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"rlm_context_max_size\" must be between 1 "
-                           "and 4095m (the protocol's blob length is 32 "
-                           "bits)");
-        return NGX_CONF_ERROR;
-    }
-
     /* where workers reach the manager */
 
     if (rmcf->sandboxd_socket.len) {
@@ -497,11 +472,14 @@ ngx_http_rlm_init_main_conf(ngx_conf_t *cf, void *conf)
     }
 
     if (rmcf->control_path.len >= NGX_HTTP_RLM_PATH_LEN) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "the control socket path \"%V\" is too long "
-                           "for a unix socket (check \"rlm_runtime_dir\" "
-                           "or \"rlm_sandboxd_socket\")",
-                           &rmcf->control_path);
+        ngx_http_rlm_conf_error_at(cf->log, rmcf->sandboxd_socket.len
+                                   ? &rmcf->socket_where
+                                   : &rmcf->runtime_dir_where,
+                                   "the control socket path \"%V\" is too "
+                                   "long for a unix socket (check "
+                                   "\"rlm_runtime_dir\" or "
+                                   "\"rlm_sandboxd_socket\")",
+                                   &rmcf->control_path);
         return NGX_CONF_ERROR;
     }
 
@@ -594,7 +572,7 @@ ngx_http_rlm_sessions_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_rlm_main_conf_t  *rmcf = conf;
 
-    ssize_t     size;
+    off_t       size;
     ngx_str_t  *value;
 
     value = cf->args->elts;
@@ -607,22 +585,24 @@ ngx_http_rlm_sessions_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return "needs a zone name";
     }
 
-    size = ngx_parse_size(&value[2]);
+    /* k, m and g, as client_max_body_size */
+    size = ngx_parse_offset(&value[2]);
 
-    if (size == NGX_ERROR) {
+    if (size == NGX_ERROR || (uint64_t) size > NGX_MAX_SIZE_T_VALUE) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid zone size \"%V\"", &value[2]);
         return NGX_CONF_ERROR;
     }
 
-    if (size < (ssize_t) (64 * 1024)) {
+    if (size < 64 * 1024) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "zone \"%V\" is too small: at least 64k",
                            &value[1]);
         return NGX_CONF_ERROR;
     }
 
-    if (ngx_http_rlm_add_zone(cf, rmcf, &value[1], size) != NGX_OK) {
+    if (ngx_http_rlm_add_zone(cf, rmcf, &value[1], (size_t) size) != NGX_OK)
+    {
         return NGX_CONF_ERROR;
     }
 
@@ -658,6 +638,56 @@ ngx_http_rlm_add_zone(ngx_conf_t *cf, ngx_http_rlm_main_conf_t *rmcf,
     rmcf->shm_zone->data = z;
 
     return NGX_OK;
+}
+
+
+/*
+ * rlm_sandboxd, rlm_sandboxd_socket and rlm_runtime_dir: nginx either
+ * runs the manager (an executable that exists now, so that a typo fails
+ * `nginx -t` rather than every restart of the manager) or connects to
+ * one, never both.
+ */
+
+static char *
+ngx_http_rlm_manager(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_rlm_main_conf_t  *rmcf = conf;
+
+    char       *rv;
+    ngx_str_t  *value;
+
+    rv = ngx_conf_set_str_slot(cf, cmd, conf);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    value = cf->args->elts;
+
+    if (cmd->offset == offsetof(ngx_http_rlm_main_conf_t, runtime_dir)) {
+        ngx_http_rlm_conf_where(cf, &rmcf->runtime_dir_where);
+        return NGX_CONF_OK;
+    }
+
+    if (rmcf->sandboxd.len && rmcf->sandboxd_socket.len) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"rlm_sandboxd\" and \"rlm_sandboxd_socket\" "
+                           "are mutually exclusive: nginx either runs the "
+                           "sandbox manager or connects to one");
+        return NGX_CONF_ERROR;
+    }
+
+    if (cmd->offset == offsetof(ngx_http_rlm_main_conf_t, sandboxd_socket)) {
+        ngx_http_rlm_conf_where(cf, &rmcf->socket_where);
+        return NGX_CONF_OK;
+    }
+
+    if (ngx_http_rlm_conf_check_exec(cf, &rmcf->sandboxd, &value[0])
+        != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
 }
 
 

@@ -17,6 +17,8 @@
 
 #include <jansson.h>
 
+#include "ngx_http_rlm_conf.h"
+
 
 #define NGX_HTTP_RLM_VERSION        "0.1.0"
 
@@ -194,6 +196,10 @@ typedef struct {
     ngx_str_t                   sandboxd_socket;   /* external manager */
     ngx_str_t                   runtime_dir;
     ngx_str_t                   control_path;      /* the socket we use */
+
+    /* for a message on the control path, known after the http block */
+    ngx_http_rlm_conf_where_t   runtime_dir_where;
+    ngx_http_rlm_conf_where_t   socket_where;
 
     ngx_uint_t                  pool_size;
     ngx_uint_t                  max_sessions;

@@ -49,6 +49,8 @@ url must start with http:// or https://
 
 
 === TEST 4: key_env naming an unset variable
+--- main_config
+    env RLM_UNSET_KEY;
 --- http_config
     rlm_provider p url=http://127.0.0.1/v1 key_env=RLM_UNSET_KEY;
 --- config
@@ -59,6 +61,8 @@ environment variable "RLM_UNSET_KEY" is not set or empty
 
 
 === TEST 5: key_env and key_file together
+--- main_config
+    env RLM_TEST_KEY;
 --- http_config
     rlm_provider p url=http://127.0.0.1/v1 key_env=RLM_TEST_KEY
                  key_file=/nonexistent;
@@ -167,3 +171,69 @@ GET /c
 --- error_code: 405
 --- response_body_like chomp
 "code":"method_not_allowed"
+
+
+
+=== TEST 15: key_env without nginx's env directive
+--- http_config
+    rlm_provider p url=http://127.0.0.1/v1 key_env=RLM_TEST_KEY;
+--- config
+--- must_die
+--- error_log
+rlm_provider "p": key_env=RLM_TEST_KEY needs "env RLM_TEST_KEY;" in the main context, before the http block
+
+
+
+=== TEST 16: key_env with "env NAME=VALUE;" loads
+--- main_config
+    env RLM_INLINE_KEY=sk-inline-value;
+--- http_config
+    rlm_provider p url=http://127.0.0.1/v1 key_env=RLM_INLINE_KEY;
+--- config
+    location = /s { rlm_llm_status; }
+--- request
+GET /s
+--- response_body_like chomp
+"providers":\[\{"name":"p"
+
+
+
+=== TEST 17: a host with a space in it
+--- http_config
+    rlm_provider p "url=http://bad host/v1";
+--- config
+--- must_die
+--- error_log
+rlm_provider "p": invalid url "http://bad host/v1": Bad hostname
+
+
+
+=== TEST 18: a port over 65535
+--- http_config
+    rlm_provider p url=http://127.0.0.1:99999/v1;
+--- config
+--- must_die
+--- error_log
+rlm_provider "p": invalid url "http://127.0.0.1:99999/v1": Port number was not a decimal number between 0 and 65535
+
+
+
+=== TEST 19: an IPv6 address without its closing bracket
+--- http_config
+    rlm_provider p url=https://[::1/v1;
+--- config
+--- must_die
+--- error_log eval
+qr/rlm_provider "p": invalid url "https:\/\/\[::1\/v1": /
+
+
+
+=== TEST 20: max_response takes g, as client_max_body_size does
+--- http_config
+    rlm_provider p url=http://127.0.0.1/v1 max_response=1g;
+--- config
+    location = /s { rlm_llm_status; }
+--- request
+GET /s
+--- response_body_like chomp
+"providers":\[\{"name":"p"

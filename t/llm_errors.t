@@ -19,6 +19,10 @@ add_block_preprocessor(sub {
                  model=mock-model retries=2 backoff=10ms timeout=1s;
 _EOC_
 
+    # the key reaches the module through nginx's env directive
+    my $main = $block->main_config // '';
+    $block->set_value('main_config', "    env RLM_TEST_KEY;\n" . $main);
+
     my $config = $block->config // '';
     $block->set_value('config', <<'_EOC_' . $config);
     location = /v1/chat/completions {
