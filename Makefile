@@ -135,6 +135,8 @@ run-prefix:
 	  if [ -n "$$RLM_NODE_ID" ]; then \
 	    printf '%s' 'init_by_lua_block { require("rlm.cluster").configure{ nodes = "'; \
 	    for n in $$RLM_NODES; do printf '%s' "$${n%%=*}=rlm_node_$${n%%=*} "; done; \
+	    printf '%s' '", probe = "'; \
+	    for n in $$RLM_NODES; do printf '%s' "$$n "; done; \
 	    echo '" }'; \
 	    echo 'require("rlm.policy").configure{'; \
 	  else \

@@ -11,6 +11,12 @@
 #   * auth on the receiving node, then again on the owner; the loop guard;
 #   * a client-chosen id goes to the node it names, an unknown node's id
 #     is refused;
+#   * GET /v1/sessions on any node lists the caller's sessions of all
+#     three nodes (the client's own key: another tenant sees none);
+#   * the owner stopped (kill -STOP: it accepts connections, never
+#     answers): its sessions get 503 node_unavailable within a bounded
+#     wait, the listing names it unavailable, other nodes' sessions keep
+#     working; kill -CONT and it serves the same session again;
 #   * the owner killed: its sessions get a fast 503 node_unavailable with
 #     Retry-After, other nodes' sessions keep working; the owner restarted
 #     serves again and says its old sessions are gone.
@@ -37,10 +43,12 @@ plan skip_all => $why if $why;
 my ($mock, $mport) = RlmRun::start_mock();
 
 my $KEY = 'sk-cluster-test-1';
+my $KEY2 = 'sk-cluster-test-2';
 my $keys = tempdir('rlm-keys-XXXXXX', TMPDIR => 1, CLEANUP => 1);
 chmod 0755, $keys;
 open my $kf, '>', "$keys/keys" or die "$keys: $!\n";
 print $kf "$KEY  acme\n";
+print $kf "$KEY2  zeta\n";
 close $kf;
 chmod 0644, "$keys/keys";
 
@@ -78,9 +86,9 @@ sub at {
 }
 
 sub eval_at {
-    my ($port, $sid, $code) = @_;
+    my ($port, $sid, $code, $opts) = @_;
     return at($port, 'POST', "/v1/sessions/$sid/eval",
-              encode_json({ code => $code }));
+              encode_json({ code => $code }), undef, $opts);
 }
 
 sub script {
@@ -239,6 +247,81 @@ my $ff = at($port[0], 'POST', '/v1/sessions',
 is($ff->{status}, 400, 'an id naming no node: 400');
 is(RlmRun::error_code($ff), 'invalid_session_id', '... invalid_session_id');
 
+# --- GET /v1/sessions: the whole cluster's -----------------------------
+
+my @all = sort(values(%made), $sid, $want);
+for my $via ($front, @port) {
+    my $l = at($via, 'GET', '/v1/sessions');
+    my ($n) = grep { $port[$_] == $via } 0 .. 2;
+    my $where = $via == $front ? 'the front' : "node $n";
+    is($l->{status}, 200, "GET /v1/sessions through $where")
+        or diag($l->{body});
+    my @ids = sort map { $_->{id} } @{ $l->{json} && $l->{json}{data} || [] };
+    is_deeply(\@ids, \@all, '... lists the sessions of all three nodes');
+    is_deeply($l->{json} && $l->{json}{unavailable_nodes}, [],
+              '... every node answered');
+}
+
+my $z = at($port[0], 'GET', '/v1/sessions', undef,
+           { Authorization => "Bearer $KEY2" });
+is($z->{status}, 200, 'another tenant lists');
+is_deeply($z->{json} && $z->{json}{data}, [],
+          '... none of acme\'s sessions on any node (its own key went out)');
+my $zl = at($port[1], 'GET', '/v1/sessions', undef,
+            { Authorization => 'Bearer sk-wrong' });
+is($zl->{status}, 401, 'listing with a bad key: 401');
+
+# --- the owner stopped: accepts connections, never answers ---------------
+
+my @stopped = node_pids($owner);
+kill 'STOP', @stopped;
+
+# a request already forwarded before the others noticed waits for the
+# owner (proxy_read_timeout): each try gives up after 4 s on its own
+# side; within 20 s one must be a 503
+my ($t0s, $st) = (time, undef);
+while (time - $t0s < 20) {
+    $st = eval_at($port[$other[0]], $sid, 'print(x)', { timeout => 4 });
+    last if $st->{status};
+}
+my $waited = time - $t0s;
+is($st->{status}, 503, 'owner stopped, eval through another node: 503')
+    or diag("$st->{status} $st->{body}");
+is(RlmRun::error_code($st), 'node_unavailable', '... node_unavailable');
+ok(($st->{headers}{'retry-after'} // '') =~ /^\d+$/, '... Retry-After');
+ok($waited < 20, sprintf('... within a bounded wait (%.1f s)', $waited));
+
+# now marked down: at once, from the other node too
+my $st2 = eval_at($port[$other[1]], $sid, 'print(x)', { timeout => 10 });
+is($st2->{status}, 503, '... and through the third node: 503');
+is(RlmRun::error_code($st2), 'node_unavailable', '... node_unavailable');
+
+for my $n (1 .. 3) {
+    my $r = eval_at($port[$other[1]], $made{ $other[0] }, "print($n)");
+    is($r->{status} == 200 && $r->{json}{stdout}, "$n\n",
+       "owner stopped: another node's session, eval $n: works");
+}
+
+my $ls = at($port[$other[0]], 'GET', '/v1/sessions', undef, undef,
+            { timeout => 20 });
+is($ls->{status}, 200, 'owner stopped: GET /v1/sessions answers');
+is_deeply($ls->{json} && $ls->{json}{unavailable_nodes}, [ $owner ],
+          '... naming the stopped node');
+my @lids = sort map { $_->{id} } @{ $ls->{json} && $ls->{json}{data} || [] };
+is_deeply(\@lids, [ sort grep { node_of($_) != $owner } @all ],
+          '... with the other nodes\' sessions');
+
+kill 'CONT', @stopped;
+my $back;
+for (1 .. 100) {
+    $back = eval_at($port[$other[0]], $sid, 'print(x)', { timeout => 10 });
+    last if $back->{status} == 200;
+    sleep 0.2;
+}
+is($back->{status}, 200, 'kill -CONT: the session serves again')
+    or diag($back->{body});
+is($back->{json} && $back->{json}{stdout}, "110\n", '... with its state');
+
 # --- the owner killed ------------------------------------------------
 
 my $live = $made{ $other[0] };
@@ -346,6 +429,17 @@ CONF
     die "the front does not answer\n";
 }
 
+
+
+# the node's nginx: its master and workers (not its sandbox manager)
+sub node_pids {
+    my ($i) = @_;
+    my $pid = RlmRun::slurp("$run[$i]/logs/nginx.pid") // '';
+    ($pid) = $pid =~ /^(\d+)/ or die "node $i: no pid\n";
+    my @kids = map { /(\d+)/ ? $1 : () } `ps -o pid= --ppid $pid`;
+    return $pid, grep { (RlmRun::slurp("/proc/$_/comm") // '') !~ /sandboxd/ }
+                 @kids;
+}
 
 
 # the node's master and workers killed (SIGKILL), its sandbox manager
