@@ -324,3 +324,50 @@ GET /t
 400 empty_body
 GET: 405 POST method_not_allowed
 sessions left behind: 0
+
+
+
+=== TEST 9: a node of a cluster: a session of another node is a typed error naming the owner
+--- http_config
+    rlm_node_id 1;
+    lua_shared_dict rlm_cluster 1m;
+    init_by_lua_block {
+        require("rlm.cluster").configure{
+            nodes = { [0] = "127.0.0.1:9", [1] = "127.0.0.1:10" },
+        }
+    }
+--- config
+    location = /t {
+        content_by_lua_block {
+            local rlm = require "resty.rlm"
+            local there = "00" .. string.rep("5a", 15)
+            local r, err = rlm.eval(there, "print(1)")
+            ngx.say("eval: ", tostring(r), " ", err)
+            r, err = rlm.session_get(there)
+            ngx.say("get: ", err:match("^[%w_]+"))
+            r, err = rlm.load_context(there, "text")
+            ngx.say("context: ", err:match("^[%w_]+"))
+            r, err = rlm.session_delete(there)
+            ngx.say("delete: ", err:match("^[%w_]+"))
+            r, err = rlm.session_create({ id = there })
+            ngx.say("create there: ", err:match("^[%w_]+"))
+            local s = rlm.session_create()
+            ngx.say("made here: ", s.id:sub(1, 2))
+            r = rlm.eval(s.id, "print(2)")
+            ngx.say("eval here: ", r.status, " ", r.stdout)
+            r, err = rlm.eval("07" .. string.rep("5a", 15), "print(3)")
+            ngx.say("unknown node: ", err:match("^[%w_]+"))
+        }
+    }
+--- request
+GET /t
+--- response_body
+eval: nil session_on_other_node: session 005a5a5a5a5a5a5a5a5a5a5a5a5a5a5a lives on node 0 (127.0.0.1:9); this node cannot reach it from Lua: send the request to that node, or through its HTTP API, which forwards
+get: session_on_other_node
+context: session_on_other_node
+delete: session_on_other_node
+create there: session_on_other_node
+made here: 01
+eval here: ok 2
+
+unknown node: session_not_found

@@ -103,7 +103,34 @@ local function decode(res, what)
 end
 
 
-local function request(method, path, body, args, opts, what)
+-- On a node of a cluster (docs/cluster.md) a session may live on another
+-- node.  The bridge does not forward (a subrequest stays on this node);
+-- it says where the session is: "session_on_other_node: ... node N ...".
+local has_cluster, cluster = pcall(require, "rlm.cluster")
+
+local function elsewhere(id)
+    if not has_cluster then
+        return nil
+    end
+    local node, addr = cluster.owner_of(id)
+    if node == nil then
+        return nil
+    end
+    return fail("session_on_other_node", "session " .. id
+                .. " lives on node " .. node .. " (" .. addr .. "); this "
+                .. "node cannot reach it from Lua: send the request to "
+                .. "that node, or through its HTTP API, which forwards")
+end
+
+
+local function request(method, path, body, args, opts, what, id)
+    if id then
+        local _, err = elsewhere(id)
+        if err then
+            return nil, err
+        end
+    end
+
     local sr = { method = method, args = args, body = body }
 
     if opts and opts.owner ~= nil then
@@ -185,7 +212,8 @@ function _M.session_create(opts)
         body = cjson.encode({ id = opts.id })
     end
 
-    return request(HTTP_POST, "/sessions", body, nil, opts, "session_create")
+    return request(HTTP_POST, "/sessions", body, nil, opts, "session_create",
+                   opts and opts.id)
 end
 
 
@@ -197,7 +225,7 @@ function _M.session_get(id, opts)
     end
 
     return request(HTTP_GET, "/sessions/" .. id, nil, nil, opts,
-                   "session_get")
+                   "session_get", id)
 end
 
 
@@ -221,7 +249,7 @@ function _M.session_delete(id, opts)
     end
 
     return request(HTTP_DELETE, "/sessions/" .. id, nil, nil, opts,
-                   "session_delete")
+                   "session_delete", id)
 end
 
 
@@ -269,7 +297,7 @@ function _M.eval(id, code, opts)
     end
 
     return request(HTTP_POST, "/sessions/" .. id .. "/eval", body, nil, opts,
-                   "eval")
+                   "eval", id)
 end
 
 
@@ -322,7 +350,8 @@ function _M.load_context(id, value, opts)
     end
 
     return request(HTTP_PUT, "/sessions/" .. id .. "/context", body,
-                   { format = format, name = name }, opts, "load_context")
+                   { format = format, name = name }, opts, "load_context",
+                   id)
 end
 
 
