@@ -275,6 +275,8 @@ local function probe(node)
 end
 
 
+local self_id    -- this node, not probed (set by start())
+
 local function tick(premature)
     if premature then
         return
@@ -283,8 +285,10 @@ local function tick(premature)
     local d = dict()
     local threads = {}
     for node in pairs(conf.probe) do
-        -- one worker per round probes a node
-        if d:add("lock:" .. node, true, conf.interval * 0.9) then
+        -- one worker per round probes a node; not this one
+        if node ~= self_id
+           and d:add("lock:" .. node, true, conf.interval * 0.9)
+        then
             threads[#threads + 1] = ngx.thread.spawn(probe, node)
         end
     end
@@ -299,11 +303,12 @@ end
 -- own init_worker_by_lua, and nginx takes one only)
 local started = false
 
-local function start()
+local function start(self)
     if started or next(conf.probe) == nil then
         return
     end
     started = true
+    self_id = self
     local ok, err = ngx.timer.every(conf.interval, tick)
     if not ok then
         ngx.log(ngx.ERR, "rlm.cluster: no probe timer: ", err)
@@ -422,7 +427,7 @@ function _M.forward()
         return    -- a single node
     end
 
-    start()
+    start(self)
 
     if ngx.var.http_x_rlm_forwarded then
         return    -- forwarded once already: served here, whatever the id
@@ -499,7 +504,7 @@ function _M.list()
         return    -- served here: one node, or this node's own part
     end
 
-    start()
+    start(self)
     require("rlm.policy").authenticate()
 
     local h = ngx.req.get_headers()
