@@ -347,6 +347,11 @@ my $cd = at($port[$other[0]], 'POST', '/v1/chat/completions', encode_json({
 is($cd->{status}, 503, 'owner dead, completion: 503');
 is(RlmRun::error_code($cd), 'node_unavailable', '... node_unavailable');
 
+my $lk = at($port[$other[1]], 'GET', '/v1/sessions');
+is($lk->{status}, 200, 'owner dead: GET /v1/sessions answers');
+is_deeply($lk->{json} && $lk->{json}{unavailable_nodes}, [ $owner ],
+          '... naming the dead node');
+
 for my $n (1 .. 4) {
     my $r = eval_at($front, $live, "print($n)");
     is($r->{status} == 200 && $r->{json}{stdout}, "$n\n",
