@@ -1471,10 +1471,10 @@ ngx_http_rlm_loop_count(ngx_http_rlm_loop_t *loop,
 
 
 /*
- * The call counts for its loop and every loop above it, in the shape of
- * the reference's UsageSummary: a child's trajectory entry reports what
- * the child and its own sub-calls used.  Kept only while a trajectory
- * is written.
+ * The call counts for every child loop it is under, in the shape of the
+ * reference's UsageSummary: a child's trajectory entry reports what the
+ * child and its own sub-calls used.  Kept only while a trajectory is
+ * written (the children then have their lines).
  */
 
 static void
@@ -1493,7 +1493,7 @@ ngx_http_rlm_loop_count_models(ngx_http_rlm_loop_t *loop,
 
     for (l = loop; l; l = l->parent) {
 
-        if (l->trajectory == NULL && l->lines == NULL) {
+        if (l->lines == NULL) {
             continue;
         }
 
