@@ -69,6 +69,18 @@
         return typeof v === 'number' && isFinite(v) ? v : 0;
     }
 
+    /* Unix seconds as ISO 8601, '' for what is not a usable time */
+
+    function iso(v) {
+        try {
+            return typeof v === 'number'
+                   ? new Date(v * 1000).toISOString().replace('.000Z', 'Z')
+                   : '';
+        } catch (e) {
+            return '';
+        }
+    }
+
     function secs(v) {
         return typeof v === 'number' ? v.toFixed(2) + ' s' : '-';
     }
@@ -267,9 +279,11 @@
                     ['depth', c.metadata.run_metadata.depth]]));
             }
             c.metadata.iterations.forEach(function (it, i) {
-                kids.appendChild(renderIteration(it, i,
-                                                 c.metadata.iterations.length,
-                                                 depth + 1));
+                if (it && typeof it === 'object') {
+                    kids.appendChild(renderIteration(it, i,
+                                         c.metadata.iterations.length,
+                                         depth + 1));
+                }
             });
             box.appendChild(kids);
         }
@@ -375,8 +389,7 @@
                 ['max depth', m.max_depth],
                 ['max iterations', m.max_iterations],
                 ['created', typeof m.created === 'number'
-                            ? new Date(m.created * 1000).toISOString()
-                            : m.timestamp]]),
+                            ? iso(m.created) : m.timestamp]]),
             el('p', { className: 'totals' },
                n + ' iterations, ' + t.blocks + ' code blocks, ' + t.calls
                + ' sub-calls (' + t.children + ' child RLMs), '
@@ -512,9 +525,7 @@
                                          load(String(d.id));
                                      } },
                              el('td', { className: 'mono' }, text(d.id)),
-                             el('td', null, typeof d.created === 'number'
-                                ? new Date(d.created * 1000).toISOString()
-                                      .replace('.000Z', 'Z') : ''),
+                             el('td', null, iso(d.created)),
                              el('td', null, text(d.bytes)));
                 table.appendChild(row);
             });
