@@ -37,6 +37,10 @@ OPENAI_NPM ?= 4.104.0
 # for Node < 22.
 K8S_MODELS_NPM ?= 4.5.1
 YAML_NPM  ?= 2.9.1
+# A headless-browser driver for t/viewer.t, which opens the trajectory
+# viewer in Debian's chromium (no browser download: puppeteer-core).
+# 24.x is the last line for Node < 22.
+PUPPETEER_NPM ?= 24.43.1
 NPM_DIR   := $(TOP)/build/npm
 
 PROVE_ENV := TEST_NGINX_BINARY=$(NGINX) \
@@ -81,9 +85,11 @@ sandbox: | deps
 	$(MAKE) -s -C sandbox BUILD=$(B) SAN=$(SAN)
 
 # A private prefix holds the conf/ files as they are, and the files they
-# include that depend on this checkout, build, port and environment; t/conf_files.t, t/conf_auth.t and
-# t/conf_run.t use it too.  Everything in it is made anew at each run but
-# trajectories/, where the completions' trajectories accumulate.
+# include that depend on this checkout, build, port and environment;
+# t/conf_files.t, t/conf_auth.t and t/conf_run.t use it too.  Everything
+# in it is made anew at each run but trajectories/, where the completions'
+# trajectories accumulate; viewer/ is a copy of conf/viewer/, the
+# trajectory viewer rlm.conf serves.
 RUN_DIR ?= $(B)/run
 
 # the demo model's own port, next to the API's (make run without a
@@ -106,6 +112,7 @@ run-prefix:
 	   echo 'rlm_runtime_dir $(abspath $(RUN_DIR))/rt;'; \
 	 } > $(RUN_DIR)/conf/paths.conf
 	@echo "listen 127.0.0.1:$(DEMO_PORT);" > $(RUN_DIR)/conf/demo-listen.conf
+	@cp -R conf/viewer $(RUN_DIR)/viewer
 	@for m in $(LOAD_MODULES); do echo "load_module $$m;"; done \
 	    > $(RUN_DIR)/conf/modules.conf
 	@{ if [ -n "$$RLM_UPSTREAM_URL" ]; then \
@@ -182,7 +189,8 @@ test-real: all npm-deps
 # Installed from npm once per version (the stamps).  Without npm the
 # suites that need them are skipped, unless RLM_REQUIRE_NODE is set (CI).
 npm-deps: $(NPM_DIR)/openai-$(OPENAI_NPM).stamp \
-          $(NPM_DIR)/k8s-$(K8S_MODELS_NPM)-yaml-$(YAML_NPM).stamp
+          $(NPM_DIR)/k8s-$(K8S_MODELS_NPM)-yaml-$(YAML_NPM).stamp \
+          $(NPM_DIR)/puppeteer-core-$(PUPPETEER_NPM).stamp
 
 $(NPM_DIR)/openai-$(OPENAI_NPM).stamp: | deps
 	@if command -v npm >/dev/null 2>&1; then \
@@ -209,6 +217,21 @@ $(NPM_DIR)/k8s-$(K8S_MODELS_NPM)-yaml-$(YAML_NPM).stamp: | deps \
 	    exit 1; \
 	else \
 	    echo "ngx_rlm: no npm: t/deploy_k8s.t will be skipped" >&2; \
+	fi
+
+# after the others, for the same reason
+$(NPM_DIR)/puppeteer-core-$(PUPPETEER_NPM).stamp: | deps \
+        $(NPM_DIR)/k8s-$(K8S_MODELS_NPM)-yaml-$(YAML_NPM).stamp
+	@if command -v npm >/dev/null 2>&1; then \
+	    PUPPETEER_SKIP_DOWNLOAD=1 npm install --no-audit --no-fund \
+	        --save-exact --prefix $(NPM_DIR) \
+	        puppeteer-core@$(PUPPETEER_NPM) \
+	    && rm -f $(NPM_DIR)/puppeteer-core-*.stamp && touch $@; \
+	elif [ -n "$$RLM_REQUIRE_NODE" ]; then \
+	    echo "ngx_rlm: npm is missing: apt-get install nodejs npm" >&2; \
+	    exit 1; \
+	else \
+	    echo "ngx_rlm: no npm: t/viewer.t will be skipped" >&2; \
 	fi
 
 asan:

@@ -45,8 +45,12 @@ static ngx_int_t ngx_http_rlm_loop_run_block(ngx_http_rlm_loop_t *loop);
 static ngx_int_t ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop);
 static ngx_int_t ngx_http_rlm_loop_final_var_done(ngx_http_rlm_loop_t *loop);
 static ngx_int_t ngx_http_rlm_loop_next_turn(ngx_http_rlm_loop_t *loop);
+static void ngx_http_rlm_loop_new_record(ngx_http_rlm_loop_t *loop,
+    ngx_str_t *response);
 static void ngx_http_rlm_loop_record(ngx_http_rlm_loop_t *loop,
     ngx_str_t *final);
+static void ngx_http_rlm_loop_count_models(ngx_http_rlm_loop_t *loop,
+    ngx_http_rlm_llm_call_t *call);
 static ngx_int_t ngx_http_rlm_loop_finish(ngx_http_rlm_loop_t *loop,
     ngx_str_t *answer, const char *limit);
 static void ngx_http_rlm_loop_fail(ngx_http_rlm_loop_t *loop,
@@ -221,6 +225,8 @@ ngx_http_rlm_loop_cleanup(void *data)
     json_decref(loop->feedback);
     json_decref(loop->record);
     json_decref(loop->block_calls);
+    json_decref(loop->lines);
+    json_decref(loop->models);
     json_decref(loop->context);
     json_decref(loop->history);
     json_decref(loop->sampling);
@@ -229,6 +235,8 @@ ngx_http_rlm_loop_cleanup(void *data)
     loop->feedback = NULL;
     loop->record = NULL;
     loop->block_calls = NULL;
+    loop->lines = NULL;
+    loop->models = NULL;
     loop->context = NULL;
     loop->history = NULL;
     loop->sampling = NULL;
@@ -835,17 +843,7 @@ ngx_http_rlm_loop_root_done(ngx_http_rlm_llm_call_t *call)
         loop->iterations++;
 
         /* the plain call is one more line of the trajectory */
-        json_decref(loop->record);
-        loop->record = NULL;
-
-        if (loop->trajectory) {
-            loop->record = json_pack("{s:I, s:o, s:s%, s:[]}",
-                                     "iteration",
-                                     (json_int_t) loop->iterations,
-                                     "prompt", json_copy(loop->messages),
-                                     "response", (char *) call->content.data,
-                                     call->content.len, "code_blocks");
-        }
+        ngx_http_rlm_loop_new_record(loop, &call->content);
 
         rc = ngx_http_rlm_loop_finish(loop, &call->content,
                                       "max_iterations");
@@ -880,17 +878,7 @@ ngx_http_rlm_loop_response(ngx_http_rlm_loop_t *loop)
     loop->iterations++;
 
     /* the trajectory line: the prompt as sent, the answer to it */
-
-    json_decref(loop->record);
-    loop->record = NULL;
-
-    if (loop->trajectory) {
-        loop->record = json_pack("{s:I, s:o, s:s%, s:[]}",
-                                 "iteration", (json_int_t) loop->iterations,
-                                 "prompt", json_copy(loop->messages),
-                                 "response", (char *) loop->response.data,
-                                 loop->response.len, "code_blocks");
-    }
+    ngx_http_rlm_loop_new_record(loop, &loop->response);
 
     if (json_array_append_new(loop->messages,
             json_pack("{s:s, s:s%}", "role", "assistant", "content",
@@ -1107,6 +1095,13 @@ ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
                         "execution_time", res.duration_ms / 1000.0,
                         "rlm_calls", loop->block_calls);
         if (rec) {
+            /* the answer this block set, as the reference's REPLResult */
+            json_object_set_new(json_object_get(rec, "result"),
+                                "final_answer",
+                                (res.answer_ready && !res.answer_null)
+                                ? json_stringn((char *) res.answer.data,
+                                               res.answer.len)
+                                : json_null());
             json_array_append_new(json_object_get(loop->record,
                                                   "code_blocks"), rec);
         }
@@ -1240,6 +1235,42 @@ ngx_http_rlm_loop_next_turn(ngx_http_rlm_loop_t *loop)
 }
 
 
+/*
+ * Starts the trajectory line of a turn: the prompt as sent, the root
+ * model's answer and the tokens of that one call.  A root loop writes
+ * its lines to the file, a child keeps them for its parent's line.
+ */
+
+static void
+ngx_http_rlm_loop_new_record(ngx_http_rlm_loop_t *loop, ngx_str_t *response)
+{
+    json_t  *usage;
+
+    json_decref(loop->record);
+    loop->record = NULL;
+
+    if (loop->trajectory == NULL && loop->lines == NULL) {
+        return;
+    }
+
+    usage = loop->call.has_usage
+            ? json_pack("{s:I, s:I, s:I}",
+                        "prompt_tokens", (json_int_t) loop->call.prompt_tokens,
+                        "completion_tokens",
+                        (json_int_t) loop->call.completion_tokens,
+                        "total_tokens",
+                        (json_int_t) (loop->call.prompt_tokens
+                                      + loop->call.completion_tokens))
+            : json_null();
+
+    loop->record = json_pack("{s:I, s:o, s:s%, s:[], s:o}",
+                             "iteration", (json_int_t) loop->iterations,
+                             "prompt", json_copy(loop->messages),
+                             "response", (char *) response->data,
+                             response->len, "code_blocks", "usage", usage);
+}
+
+
 /* the trajectory line of the turn that just ended, with its answer */
 
 static void
@@ -1258,12 +1289,12 @@ ngx_http_rlm_loop_record(ngx_http_rlm_loop_t *loop, ngx_str_t *final)
                                              final->len)
                               : json_null());
 
-    json_object_set_new(loop->record, "usage",
-                        ngx_http_rlm_loop_usage(loop->tree));
-
     if (loop->trajectory) {
         (void) ngx_http_rlm_trajectory_iteration(loop->trajectory,
                                                  loop->record);
+
+    } else if (loop->lines) {
+        (void) json_array_append(loop->lines, loop->record);
     }
 
     json_decref(loop->record);
@@ -1397,6 +1428,8 @@ ngx_http_rlm_loop_count(ngx_http_rlm_loop_t *loop,
     tree = loop->tree;
     tree->calls++;
 
+    ngx_http_rlm_loop_count_models(loop, call);
+
     if (!call->has_usage) {
         return;
     }
@@ -1434,6 +1467,70 @@ ngx_http_rlm_loop_count(ngx_http_rlm_loop_t *loop,
                           call->prompt_tokens + call->completion_tokens);
 
 #undef ngx_http_rlm_loop_add
+}
+
+
+/*
+ * The call counts for every child loop it is under, in the shape of the
+ * reference's UsageSummary: a child's trajectory entry reports what the
+ * child and its own sub-calls used.  Kept only while a trajectory is
+ * written (the children then have their lines).
+ */
+
+static void
+ngx_http_rlm_loop_count_models(ngx_http_rlm_loop_t *loop,
+    ngx_http_rlm_llm_call_t *call)
+{
+    char                 key[256];
+    json_t              *row;
+    ngx_str_t           *model;
+    ngx_http_rlm_loop_t  *l;
+
+    model = call->model.len ? &call->model : &call->provider->model;
+
+    ngx_snprintf((u_char *) key, sizeof(key) - 1, "%*s%Z",
+                 ngx_min(model->len, sizeof(key) - 2), model->data);
+
+    for (l = loop; l; l = l->parent) {
+
+        if (l->lines == NULL) {
+            continue;
+        }
+
+        if (l->models == NULL) {
+            l->models = json_object();
+            if (l->models == NULL) {
+                continue;
+            }
+        }
+
+        row = json_object_get(l->models, key);
+
+        if (row == NULL) {
+            row = json_pack("{s:I, s:I, s:I}", "total_calls", (json_int_t) 0,
+                            "total_input_tokens", (json_int_t) 0,
+                            "total_output_tokens", (json_int_t) 0);
+            if (row == NULL || json_object_set_new(l->models, key, row) != 0)
+            {
+                continue;
+            }
+        }
+
+#define ngx_http_rlm_loop_add(field, n)                                       \
+    json_object_set_new(row, field,                                           \
+        json_integer(json_integer_value(json_object_get(row, field))          \
+                     + (json_int_t) (n)))
+
+        ngx_http_rlm_loop_add("total_calls", 1);
+
+        if (call->has_usage) {
+            ngx_http_rlm_loop_add("total_input_tokens", call->prompt_tokens);
+            ngx_http_rlm_loop_add("total_output_tokens",
+                                  call->completion_tokens);
+        }
+
+#undef ngx_http_rlm_loop_add
+    }
 }
 
 

@@ -140,6 +140,8 @@ struct ngx_http_rlm_loop_s {
     json_t                     *record;        /* trajectory iteration */
     json_t                     *block_calls;   /* sub-calls of a block */
     void                       *trajectory;
+    json_t                     *lines;         /* child: its trajectory */
+    json_t                     *models;        /* usage of this subtree */
     ngx_msec_t                  iteration_start;
     ngx_queue_t                 subcalls;      /* calls being answered */
     ngx_queue_t                 children;      /* child loops, running */

@@ -44,6 +44,8 @@ struct ngx_http_rlm_subcall_s {
     ngx_uint_t                  pending;
     ngx_http_rlm_subitem_t     *items;
     json_t                     *results;
+    json_t                     *records;       /* the block's rlm_calls */
+    size_t                      record_base;   /* slot of the 1st prompt */
     unsigned                    batched:1;
     unsigned                    child:1;
     unsigned                    counted:1;     /* in tree->pending_calls */
@@ -55,7 +57,11 @@ static ngx_int_t ngx_http_rlm_subcall_start_item(ngx_http_rlm_subcall_t *sc,
 static void ngx_http_rlm_subcall_llm_done(ngx_http_rlm_llm_call_t *call);
 static void ngx_http_rlm_subcall_child_done(ngx_http_rlm_loop_t *child);
 static void ngx_http_rlm_subcall_item_done(ngx_http_rlm_subitem_t *it,
-    ngx_uint_t ok, ngx_str_t *text, ngx_http_rlm_llm_call_t *call);
+    ngx_uint_t ok, ngx_str_t *text, ngx_http_rlm_llm_call_t *call,
+    ngx_http_rlm_loop_t *child);
+static json_t *ngx_http_rlm_subcall_record(ngx_http_rlm_subitem_t *it,
+    ngx_uint_t ok, ngx_str_t *text, ngx_http_rlm_llm_call_t *call,
+    ngx_http_rlm_loop_t *child);
 static void ngx_http_rlm_subcall_answer(ngx_http_rlm_subcall_t *sc);
 static void ngx_http_rlm_subcall_cancel(ngx_http_rlm_subcall_t *sc);
 static const char *ngx_http_rlm_subcall_police(ngx_http_rlm_loop_t *loop,
@@ -154,6 +160,21 @@ ngx_http_rlm_subcall_handler(ngx_http_rlm_cell_t *cell,
         json_array_append_new(sc->results, json_null());
     }
 
+    /*
+     * The trajectory lists the calls in the order the code made them and
+     * a batch in the order of its prompts, whatever order the answers
+     * come in: a slot per prompt now, filled when it is answered.
+     */
+
+    if (loop->block_calls && cell == loop->cell) {
+        sc->records = loop->block_calls;
+        sc->record_base = json_array_size(sc->records);
+
+        for (i = 0; i < n; i++) {
+            json_array_append_new(sc->records, json_null());
+        }
+    }
+
     /* the sandbox waits on the host: hold the cell's deadline off */
 
     left = ngx_http_rlm_loop_remaining(loop);
@@ -199,7 +220,8 @@ ngx_http_rlm_subcall_handler(ngx_http_rlm_cell_t *cell,
         {
             ngx_str_t  err = ngx_string("the call could not be started");
 
-            ngx_http_rlm_subcall_item_done(&sc->items[i], 0, &err, NULL);
+            ngx_http_rlm_subcall_item_done(&sc->items[i], 0, &err, NULL,
+                                           NULL);
 
             if (sc->pending == 0) {
                 /* answered already */
@@ -378,6 +400,11 @@ ngx_http_rlm_subcall_start_item(ngx_http_rlm_subcall_t *sc,
         ch->data = loop->data;
         ch->child_of = it;
 
+        /* a child's lines go into its parent's entry for the call */
+        if (loop->trajectory || loop->lines) {
+            ch->lines = json_array();
+        }
+
         it->child = ch;
         it->running = 1;
 
@@ -433,11 +460,11 @@ ngx_http_rlm_subcall_llm_done(ngx_http_rlm_llm_call_t *call)
     ngx_http_rlm_loop_count(it->subcall->loop, call);
 
     if (call->error == NGX_HTTP_RLM_LLM_OK) {
-        ngx_http_rlm_subcall_item_done(it, 1, &call->content, call);
+        ngx_http_rlm_subcall_item_done(it, 1, &call->content, call, NULL);
 
     } else {
         err = call->message;
-        ngx_http_rlm_subcall_item_done(it, 0, &err, call);
+        ngx_http_rlm_subcall_item_done(it, 0, &err, call, NULL);
     }
 
     ngx_http_rlm_leave_handler();
@@ -458,18 +485,19 @@ ngx_http_rlm_subcall_child_done(ngx_http_rlm_loop_t *child)
         err.data = child->error_message ? child->error_message
                                         : (u_char *) "the child RLM failed";
         err.len = ngx_strlen(err.data);
-        ngx_http_rlm_subcall_item_done(it, 0, &err, NULL);
+        ngx_http_rlm_subcall_item_done(it, 0, &err, NULL, child);
         return;
     }
 
-    ngx_http_rlm_subcall_item_done(it, 1, &child->answer, NULL);
+    ngx_http_rlm_subcall_item_done(it, 1, &child->answer, NULL, child);
 }
 
 
 static void
 ngx_http_rlm_subcall_item_done(ngx_http_rlm_subitem_t *it, ngx_uint_t ok,
-    ngx_str_t *text, ngx_http_rlm_llm_call_t *call)
+    ngx_str_t *text, ngx_http_rlm_llm_call_t *call, ngx_http_rlm_loop_t *child)
 {
+    size_t                   slot;
     json_t                  *item, *rec;
     ngx_http_rlm_loop_t     *loop;
     ngx_http_rlm_subcall_t  *sc;
@@ -491,30 +519,131 @@ ngx_http_rlm_subcall_item_done(ngx_http_rlm_subitem_t *it, ngx_uint_t ok,
 
     ngx_http_rlm_subcall_uncount(sc, 1);
 
-    if (loop->block_calls && sc->cell == loop->cell) {
-        rec = json_pack("{s:s, s:s%, s:s%, s:s%, s:I, s:I, s:f}",
-                        "fn", ngx_http_rlm_call_fn_name(sc->fn),
-                        "model", sc->model.len ? (char *) sc->model.data
-                                               : "",
-                        sc->model.len,
-                        "prompt", it->prompt.data ? (char *) it->prompt.data
-                                                  : "",
-                        it->prompt.len,
-                        "response", (char *) text->data, text->len,
-                        "prompt_tokens",
-                        (json_int_t) (call ? call->prompt_tokens : 0),
-                        "completion_tokens",
-                        (json_int_t) (call ? call->completion_tokens : 0),
-                        "execution_time",
-                        (double) (ngx_current_msec - it->started) / 1000.0);
-        if (rec) {
-            json_array_append_new(loop->block_calls, rec);
+    if (sc->records && sc->records == loop->block_calls
+        && sc->cell == loop->cell)
+    {
+        rec = ngx_http_rlm_subcall_record(it, ok, text, call, child);
+        slot = sc->record_base + it->index;
+
+        if (rec && slot < json_array_size(sc->records)) {
+            json_array_set_new(sc->records, slot, rec);
+
+        } else {
+            json_decref(rec);
         }
     }
 
     if (--sc->pending == 0) {
         ngx_http_rlm_subcall_answer(sc);
     }
+}
+
+
+/*
+ * The trajectory's entry for one answered prompt.  A failed call has an
+ * empty response and its message in "error", as in the reference.  A
+ * child RLM brings what it used (itself and its own sub-calls, per
+ * model) and its own iterations under "metadata".
+ */
+
+static json_t *
+ngx_http_rlm_subcall_record(ngx_http_rlm_subitem_t *it, ngx_uint_t ok,
+    ngx_str_t *text, ngx_http_rlm_llm_call_t *call, ngx_http_rlm_loop_t *child)
+{
+    void                    *iter;
+    json_t                  *rec, *row, *meta, *run;
+    ngx_str_t               *model;
+    json_int_t               in, out;
+    ngx_http_rlm_subcall_t  *sc;
+
+    sc = it->subcall;
+    model = child ? &child->root_model : &sc->model;
+
+    in = call ? (json_int_t) call->prompt_tokens : 0;
+    out = call ? (json_int_t) call->completion_tokens : 0;
+
+    if (child && child->models) {
+        in = 0;
+        out = 0;
+
+        for (iter = json_object_iter(child->models);
+             iter;
+             iter = json_object_iter_next(child->models, iter))
+        {
+            row = json_object_iter_value(iter);
+            in += json_integer_value(json_object_get(row,
+                                                     "total_input_tokens"));
+            out += json_integer_value(json_object_get(row,
+                                                      "total_output_tokens"));
+        }
+    }
+
+    rec = json_pack("{s:s, s:s%, s:s%, s:s%, s:I, s:I, s:f}",
+                    "fn", ngx_http_rlm_call_fn_name(sc->fn),
+                    "model", model->len ? (char *) model->data : "",
+                    model->len,
+                    "prompt", it->prompt.data ? (char *) it->prompt.data
+                                              : "",
+                    it->prompt.len,
+                    "response", ok ? (char *) text->data : "",
+                    ok ? text->len : 0,
+                    "prompt_tokens", in,
+                    "completion_tokens", out,
+                    "execution_time",
+                    (double) (ngx_current_msec - it->started) / 1000.0);
+    if (rec == NULL) {
+        return NULL;
+    }
+
+    if (!ok) {
+        json_object_set_new(rec, "error",
+                            json_stringn((char *) text->data, text->len));
+    }
+
+    if (child == NULL) {
+        return rec;
+    }
+
+    if (child->models) {
+        json_object_set_new(rec, "usage_summary",
+                            json_pack("{s:O}", "model_usage_summaries",
+                                      child->models));
+    }
+
+    run = json_pack("{s:s%, s:I, s:I, s:s%, s:{s:s%}, s:s, s:{}, s:n,"
+                    " s:s%, s:I}",
+                    "root_model", model->len ? (char *) model->data : "",
+                    model->len,
+                    "max_depth", (json_int_t) child->max_depth,
+                    "max_iterations", (json_int_t) child->max_iterations,
+                    "backend", (char *) child->provider->name.data,
+                    child->provider->name.len,
+                    "backend_kwargs", "model_name",
+                    model->len ? (char *) model->data : "", model->len,
+                    "environment_type", "ngx_rlm",
+                    "environment_kwargs",
+                    "other_backends",
+                    "sub_model",
+                    child->sub_model.len ? (char *) child->sub_model.data
+                                         : "",
+                    child->sub_model.len,
+                    "depth", (json_int_t) child->depth);
+
+    meta = json_object();
+
+    if (run == NULL || meta == NULL) {
+        json_decref(run);
+        json_decref(meta);
+        return rec;
+    }
+
+    json_object_set_new(meta, "run_metadata", run);
+    json_object_set_new(meta, "iterations",
+                        child->lines ? json_incref(child->lines)
+                                          : json_array());
+    json_object_set_new(rec, "metadata", meta);
+
+    return rec;
 }
 
 

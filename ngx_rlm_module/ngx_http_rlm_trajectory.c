@@ -505,6 +505,12 @@ ngx_http_rlm_trajectory_block(json_t *block)
     rc = 0;
 
     json_array_foreach(json_object_get(in, "rlm_calls"), i, call) {
+
+        /* a slot left empty: the block ended before that call answered */
+        if (!json_is_object(call)) {
+            continue;
+        }
+
         rc |= json_array_append_new(calls,
                                     ngx_http_rlm_trajectory_call(call));
     }
@@ -520,6 +526,9 @@ ngx_http_rlm_trajectory_block(json_t *block)
     rc |= json_object_set_new(result, "execution_time",
                               ngx_http_rlm_traj_real(in, "execution_time", 0));
     rc |= json_object_set_new(result, "rlm_calls", calls);
+    rc |= json_object_set_new(result, "final_answer",
+                              ngx_http_rlm_traj_str_or_null(in,
+                                                            "final_answer"));
     rc |= json_object_set_new(result, "status",
                               ngx_http_rlm_traj_str(in, "status", ""));
     rc |= json_object_set_new(result, "error",
@@ -541,15 +550,19 @@ ngx_http_rlm_trajectory_block(json_t *block)
 
 /*
  * RLMChatCompletion.to_dict() (root_model, prompt, response,
- * usage_summary, execution_time), plus the flat prompt_tokens and
- * completion_tokens the visualizer shows, and our "fn".
+ * usage_summary, execution_time, and "error" when the call failed), plus
+ * the flat prompt_tokens and completion_tokens the visualizer shows, and
+ * our "fn".  A child RLM's entry carries its usage per model and, in
+ * "metadata", its run metadata and its iteration lines, formatted as the
+ * top-level ones.
  */
 
 static json_t *
 ngx_http_rlm_trajectory_call(json_t *call)
 {
     int          rc;
-    json_t      *out, *summary, *per_model;
+    size_t       i;
+    json_t      *out, *summary, *per_model, *meta, *in, *lines, *it;
     const char  *model;
 
     model = json_string_value(json_object_get(call, "model"));
@@ -557,16 +570,22 @@ ngx_http_rlm_trajectory_call(json_t *call)
         model = "unknown";
     }
 
-    per_model = json_pack("{s:i, s:o, s:o}", "total_calls", 1,
-                          "total_input_tokens",
-                          ngx_http_rlm_traj_int(call, "prompt_tokens"),
-                          "total_output_tokens",
-                          ngx_http_rlm_traj_int(call, "completion_tokens"));
     summary = NULL;
 
-    if (per_model) {
-        summary = json_pack("{s:{s:o}}", "model_usage_summaries",
-                            model, per_model);
+    if (json_is_object(json_object_get(call, "usage_summary"))) {
+        summary = json_deep_copy(json_object_get(call, "usage_summary"));
+
+    } else {
+        per_model = json_pack("{s:i, s:o, s:o}", "total_calls", 1,
+                              "total_input_tokens",
+                              ngx_http_rlm_traj_int(call, "prompt_tokens"),
+                              "total_output_tokens",
+                              ngx_http_rlm_traj_int(call,
+                                                    "completion_tokens"));
+        if (per_model) {
+            summary = json_pack("{s:{s:o}}", "model_usage_summaries",
+                                model, per_model);
+        }
     }
 
     out = json_object();
@@ -598,6 +617,28 @@ ngx_http_rlm_trajectory_call(json_t *call)
     if (json_is_string(json_object_get(call, "error"))) {
         rc |= json_object_set_new(out, "error",
                                   ngx_http_rlm_traj_str(call, "error", ""));
+    }
+
+    in = json_object_get(call, "metadata");
+
+    if (json_is_object(in)) {
+        lines = json_array();
+        meta = json_pack("{s:o, s:o}", "run_metadata",
+                         ngx_http_rlm_traj_any(in, "run_metadata",
+                                               json_null()),
+                         "iterations", lines ? json_incref(lines)
+                                             : json_null());
+
+        json_array_foreach(json_object_get(in, "iterations"), i, it) {
+            if (lines) {
+                rc |= json_array_append_new(lines,
+                                            ngx_http_rlm_trajectory_turn(it));
+            }
+        }
+
+        json_decref(lines);
+        rc |= json_object_set_new(out, "metadata",
+                                  meta ? meta : json_null());
     }
 
     if (rc != 0) {

@@ -5,7 +5,7 @@
 #
 #   * llm_query() and child loops (rlm_query) go to RLM_SUB_MODEL;
 #   * GET /v1/models lists RLM_MODEL and RLM_SUB_MODEL;
-#   * trajectories are written and served;
+#   * trajectories are written and served, and the viewer page is there;
 #   * URIs outside the API, methods a location does not serve and
 #     nginx's own errors answer in the JSON error envelope;
 #   * a Content-Length over the body cap gets 413 (envelope) without
@@ -121,6 +121,26 @@ SKIP: {
 
 ok(-d "$run/trajectories/$sid", 'written under the run prefix')
     if $sid;
+
+# the viewer (conf/viewer/, copied into the run prefix): the page and its
+# script, under a policy that runs no other script
+{
+    my $p = api('GET', '/viewer/');
+    is($p->{status}, 200, 'viewer page: 200');
+    like($p->{headers}{'content-type'} // '', qr{^text/html},
+         '... as HTML');
+    like($p->{body}, qr{<script src="viewer\.js"></script>},
+         '... loading its own script');
+    like($p->{headers}{'content-security-policy'} // '',
+         qr{default-src 'none'; script-src 'self';.*connect-src 'self'},
+         '... under a content security policy');
+
+    my $j = api('GET', '/viewer/viewer.js');
+    is($j->{status}, 200, 'viewer script: 200');
+    like($j->{headers}{'content-type'} // '', qr{^text/javascript},
+         '... as JavaScript (the browser checks, nosniff)');
+    is($j->{headers}{'x-content-type-options'}, 'nosniff', '... nosniff');
+}
 
 # --- the JSON envelope everywhere -------------------------------------------
 

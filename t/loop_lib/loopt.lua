@@ -92,6 +92,21 @@ function _M.sse(body)
 end
 
 
+-- the trajectory of a completion's response, as a list of decoded lines
+-- (needs the trajectories route in the block's config)
+function _M.trajectory(res)
+    local id = res.headers["x-rlm-session-id"]
+    local f = rlmt.http("GET", "/v1/sessions/" .. id .. "/trajectories/"
+                               .. res.json.id)
+    assert(f.status == 200, "trajectory: " .. f.status)
+    local lines = {}
+    for line in f.body:gmatch("[^\n]+") do
+        lines[#lines + 1] = cjson.decode(line)
+    end
+    return lines
+end
+
+
 _M.q = rlmt.q
 _M.envelope = rlmt.envelope
 
