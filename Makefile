@@ -11,6 +11,7 @@
 #   make npm-deps     npm packages for t/openai_sdk.t and t/deploy_k8s.t
 #                     (build/npm)
 #   make install      install under DESTDIR (PREFIX=/usr), docs/install.md
+#   make deb          the Debian packages, into build/deb (docs/install.md)
 
 PORT      ?= 8080
 SAN       ?=
@@ -51,7 +52,7 @@ TESTS     ?= t/
 
 .PHONY: all deps module sandbox run-prefix run test test-real asan asan-test \
         asan-test-run \
-        valgrind-test fuzz bench-llm clean npm-deps install
+        valgrind-test fuzz bench-llm clean npm-deps install deb
 
 all: deps module sandbox
 
@@ -275,10 +276,23 @@ install: module sandbox
 	        > $(DESTDIR)$(RLM_CONFDIR)/$$(basename $$f) \
 	    && chmod 644 $(DESTDIR)$(RLM_CONFDIR)/$$(basename $$f) || exit 1; \
 	done
-	sed 's|/usr/lib/ngx_rlm/|$(RLM_LIBDIR)/|g' deploy/systemd/rlm-sandboxd.service \
+	sed -e 's|/usr/lib/ngx_rlm/|$(RLM_LIBDIR)/|g' \
+	    -e 's|/usr/share/doc/ngx_rlm/|$(DOCDIR)/|g' \
+	    deploy/systemd/rlm-sandboxd.service \
 	    > $(DESTDIR)$(UNIT_DIR)/rlm-sandboxd.service
 	chmod 644 $(DESTDIR)$(UNIT_DIR)/rlm-sandboxd.service
 	install -m 644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+
+# The Debian packages (debian/), built by dpkg-buildpackage in a copy of
+# the checkout under build/deb, where the .deb files land
+DEB_DIR := $(TOP)/build/deb
+
+deb:
+	rm -rf $(DEB_DIR) && mkdir -p $(DEB_DIR)/src
+	git ls-files -co --exclude-standard -z | grep -zv '^build/' \
+	    | xargs -0 tar cf - | tar xf - -C $(DEB_DIR)/src
+	cd $(DEB_DIR)/src && dpkg-buildpackage -us -uc -b
+	@ls $(DEB_DIR)/*.deb
 
 clean:
 	rm -rf build t/servroot*
