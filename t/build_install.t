@@ -249,4 +249,82 @@ is($r->{status}, 200, 'a completion of the demo model')
 like($r->{content}, qr/the code word is tangerine/,
      'the demo model found the line through the installed loop');
 
+# The manager as the installed systemd unit runs it, and nginx connecting
+# to it: the unit's ExecStart as it is, but for DESTDIR before the binary
+# and a runtime directory of this test's.  Its sockets belong to www-data,
+# so nginx's workers run as www-data.
+kill 'QUIT', $pid;
+for (1 .. 300) {
+    last unless kill 0, $pid;
+    select undef, undef, undef, 0.1;
+}
+ok(!kill(0, $pid), 'the first nginx stopped');
+$pid = undef;
+
+SKIP: {
+    skip 'no www-data user for the unit\'s --socket-owner', 3
+        unless getpwnam('www-data');
+
+    my $unit = slurp("$root/lib/systemd/system/rlm-sandboxd.service");
+    $unit =~ s/\\\n//g;
+    my ($exec) = $unit =~ /^ExecStart=(.*)$/m;
+    my @argv = split ' ', $exec;
+    $argv[0] = "$root$argv[0]";
+
+    my $ext;
+    for my $i (0 .. $#argv - 1) {
+        if ($argv[$i] eq '--runtime-dir') {
+            $ext = $argv[$i + 1] = "$tmp/ext";
+        }
+    }
+    ok($ext, 'the unit sets --runtime-dir') or diag($exec);
+
+    my $manager = fork // die "fork: $!";
+    if ($manager == 0) {
+        open STDOUT, '>', "$prefix/logs/ext.log";
+        open STDERR, '>&', \*STDOUT;
+        exec @argv or exit 2;
+    }
+
+    END { kill 'TERM', $manager if $manager; }
+
+    for (1 .. 300) {
+        last if -S "$tmp/ext/control.sock";
+        select undef, undef, undef, 0.1;
+    }
+
+    my $conf = slurp("$prefix/conf/nginx.conf");
+    $conf =~ s/^\s*rlm_sandboxd\s.*\n//m;
+    $conf =~ s/^\s*rlm_runtime_dir\s.*\n//m;
+    $conf =~ s/^(\s*)rlm_pool_size\s.*\n/$1rlm_sandboxd_socket $tmp\/ext\/control.sock;\n/m;
+    $conf = "user www-data;\n$conf";
+    write_file("$prefix/conf/nginx.conf", $conf);
+
+    system($nginx, '-p', $prefix, '-c', 'conf/nginx.conf',
+           '-e', 'logs/error.log');
+    $pid = slurp("$prefix/logs/nginx.pid");
+    chomp $pid if defined $pid;
+    $pid = undef unless $pid && $pid =~ /^\d+$/;
+
+    for (1 .. 300) {
+        $health = $http->get("$base/healthz");
+        last if $health->{status} == 200;
+        select undef, undef, undef, 0.1;
+    }
+
+    $r = $http->post("$base/v1/sessions");
+    ($sid) = ($r->{content} // '') =~ /"id"\s*:\s*"([^"]+)"/;
+    $r = $http->post("$base/v1/sessions/" . ($sid // 'none') . "/eval",
+                     { headers => { 'Content-Type' => 'application/json' },
+                       content => '{"code":"print(6 * 7)"}' });
+    like($r->{content}, qr/"status"\s*:\s*"ok".*42/s,
+         'an eval cell runs in a sandbox of the unit\'s manager, reached '
+         . 'through rlm_sandboxd_socket by nginx\'s www-data workers')
+        or diag($health->{content}, $r->{content},
+                slurp("$prefix/logs/ext.log"),
+                slurp("$prefix/logs/error.log"));
+
+    ok(kill(0, $manager), 'the unit\'s manager is up');
+}
+
 done_testing();
