@@ -10,6 +10,8 @@
 #   make fuzz         run the parser fuzzers (FUZZ_SECONDS each)
 #   make npm-deps     npm packages for t/openai_sdk.t and t/deploy_k8s.t
 #                     (build/npm)
+#   make install      install under DESTDIR (PREFIX=/usr), docs/install.md
+#   make deb          the Debian packages, into build/deb (docs/install.md)
 
 PORT      ?= 8080
 SAN       ?=
@@ -54,12 +56,16 @@ TESTS     ?= t/
 
 .PHONY: all deps module sandbox run-prefix run test test-real asan asan-test \
         asan-test-run \
-        valgrind-test fuzz bench-llm clean npm-deps
+        valgrind-test fuzz bench-llm clean npm-deps install deb
 
 all: deps module sandbox
 
+# NO_DEPS=1: build with what is installed and install nothing (package
+# builds, where the build dependencies are the packaging's business)
+NO_DEPS   ?=
+
 deps:
-	@sh .ci/install-deps
+	@$(if $(NO_DEPS),true,sh .ci/install-deps)
 
 module: $(MODULE)
 
@@ -257,6 +263,61 @@ fuzz:
 
 bench-llm: all
 	RLM_MODULE=$(MODULE) bench/llm_batched
+
+# Installed like Debian's own nginx modules (docs/install.md).  The
+# module and its load_module snippet go where nginx looks for them, which
+# does not move with PREFIX; the rest follows PREFIX.  The REPL runtime is
+# compiled into rlm-sandboxd: installing the manager installs it.
+PREFIX     ?= /usr
+DESTDIR    ?=
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+NGX_MODULES_DIR   ?= /usr/lib/nginx/modules
+NGX_MODULES_AVAIL ?= /usr/share/nginx/modules-available
+RLM_LIBDIR ?= $(PREFIX)/lib/ngx_rlm
+LUA_DIR    ?= $(PREFIX)/share/lua/5.1
+RLM_CONFDIR ?= $(SYSCONFDIR)/nginx/rlm
+DOCDIR     ?= $(PREFIX)/share/doc/ngx_rlm
+UNIT_DIR   ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+
+# nginx resolves a relative load_module path against its prefix, whose
+# modules/ is Debian's modules directory
+MOD_LOAD_PATH = $(if $(filter /usr/lib/nginx/modules,$(NGX_MODULES_DIR)),modules,$(NGX_MODULES_DIR))/ngx_http_rlm_module.so
+
+install: module sandbox
+	install -d $(DESTDIR)$(NGX_MODULES_DIR) $(DESTDIR)$(NGX_MODULES_AVAIL) \
+	    $(DESTDIR)$(RLM_LIBDIR) $(DESTDIR)$(PREFIX)/bin \
+	    $(DESTDIR)$(LUA_DIR)/rlm $(DESTDIR)$(LUA_DIR)/resty \
+	    $(DESTDIR)$(RLM_CONFDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(UNIT_DIR)
+	install -m 644 $(MODULE) $(DESTDIR)$(NGX_MODULES_DIR)/
+	echo 'load_module $(MOD_LOAD_PATH);' \
+	    > $(DESTDIR)$(NGX_MODULES_AVAIL)/mod-http-rlm.conf
+	chmod 644 $(DESTDIR)$(NGX_MODULES_AVAIL)/mod-http-rlm.conf
+	install -m 755 $(SANDBOXD) $(DESTDIR)$(RLM_LIBDIR)/
+	install -m 755 $(B)/bin/rlm-sandboxctl $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 lua/rlm/*.lua $(DESTDIR)$(LUA_DIR)/rlm/
+	install -m 644 lua/resty/*.lua $(DESTDIR)$(LUA_DIR)/resty/
+	for f in conf/*.conf conf/*.json; do \
+	    sed 's|/usr/lib/ngx_rlm/|$(RLM_LIBDIR)/|g' $$f \
+	        > $(DESTDIR)$(RLM_CONFDIR)/$$(basename $$f) \
+	    && chmod 644 $(DESTDIR)$(RLM_CONFDIR)/$$(basename $$f) || exit 1; \
+	done
+	sed -e 's|/usr/lib/ngx_rlm/|$(RLM_LIBDIR)/|g' \
+	    -e 's|/usr/share/doc/ngx_rlm/|$(DOCDIR)/|g' \
+	    deploy/systemd/rlm-sandboxd.service \
+	    > $(DESTDIR)$(UNIT_DIR)/rlm-sandboxd.service
+	chmod 644 $(DESTDIR)$(UNIT_DIR)/rlm-sandboxd.service
+	install -m 644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+
+# The Debian packages (debian/), built by dpkg-buildpackage in a copy of
+# the checkout under build/deb, where the .deb files land
+DEB_DIR := $(TOP)/build/deb
+
+deb:
+	rm -rf $(DEB_DIR) && mkdir -p $(DEB_DIR)/src
+	git ls-files -co --exclude-standard -z | grep -zv '^build/' \
+	    | xargs -0 tar cf - | tar xf - -C $(DEB_DIR)/src
+	cd $(DEB_DIR)/src && dpkg-buildpackage -us -uc -b
+	@ls $(DEB_DIR)/*.deb
 
 clean:
 	rm -rf build t/servroot*
