@@ -1024,7 +1024,8 @@ ngx_http_rlm_loop_run_block(ngx_http_rlm_loop_t *loop)
 static ngx_int_t
 ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
 {
-    char                    what[96];
+    char                    what[160];
+    u_char                  reason[NGX_HTTP_RLM_REASON_LEN];
     json_t                 *out, *rec, *err;
     ngx_int_t               rc;
     ngx_str_t               text;
@@ -1117,6 +1118,27 @@ ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
                      "cell %ui.%ui %s %.1f ms%Z", loop->iterations,
                      loop->block + 1, status, res.duration_ms);
         loop->progress(loop, what);
+    }
+
+    /*
+     * A sandbox that died took the session's variables with it: every
+     * later block would fail the same way, so the loop ends here rather
+     * than ask the model again.
+     */
+
+    if (loop->session
+        && ngx_http_rlm_session_is_lost(ngx_http_rlm_zone(), loop->session,
+                                        reason, sizeof(reason)))
+    {
+        ngx_http_rlm_result_free(&res);
+
+        ngx_snprintf((u_char *) what, sizeof(what) - 1,
+                     "the session's sandbox is gone (%s) in block %ui.%ui;"
+                     " start a new session%Z", reason, loop->iterations, loop->block + 1);
+
+        ngx_http_rlm_loop_fail(loop, NGX_HTTP_BAD_GATEWAY, "server_error",
+                               "sandbox_lost", what);
+        return NGX_OK;
     }
 
     if (res.answer_ready) {

@@ -449,6 +449,8 @@ ngx_uint_t ngx_http_rlm_session_deleted(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s);
 ngx_uint_t ngx_http_rlm_session_lost(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s, const char *reason);
+ngx_uint_t ngx_http_rlm_session_is_lost(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s, u_char *reason, size_t len);
 json_t *ngx_http_rlm_session_json(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s);
 json_t *ngx_http_rlm_session_list(ngx_http_rlm_zone_t *z, ngx_str_t *owner);
