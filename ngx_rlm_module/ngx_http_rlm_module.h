@@ -106,6 +106,8 @@ typedef struct {
     time_t                      last_start;
     ngx_uint_t                  fast_failures;
     ngx_uint_t                  planned;         /* a reload asked for it */
+    ngx_atomic_t                served;          /* last generation that
+                                                    answered a request */
     ngx_pid_t                   pid;
 } ngx_http_rlm_super_t;
 
@@ -520,6 +522,7 @@ ngx_int_t ngx_http_rlm_supervisor_init(ngx_cycle_t *cycle,
     ngx_http_rlm_main_conf_t *rmcf);
 void ngx_http_rlm_supervisor_exit(ngx_cycle_t *cycle);
 void ngx_http_rlm_supervisor_worker_tidy(void);
+void ngx_http_rlm_supervisor_served(ngx_atomic_uint_t generation);
 
 /* ngx_http_rlm_janitor.c */
 ngx_int_t ngx_http_rlm_janitor_init(ngx_cycle_t *cycle);
