@@ -405,6 +405,7 @@ ngx_http_rlm_peer_t *ngx_http_rlm_peer_create(ngx_pool_t *pool,
 ngx_int_t ngx_http_rlm_peer_start(ngx_http_rlm_peer_t *p);
 ngx_int_t ngx_http_rlm_peer_send(ngx_http_rlm_peer_t *p, ngx_chain_t *cl);
 void ngx_http_rlm_peer_close(ngx_http_rlm_peer_t *p);
+void ngx_http_rlm_peer_close_idle(void);
 
 /* ngx_http_rlm_control.c */
 ngx_int_t ngx_http_rlm_control(ngx_pool_t *pool, ngx_log_t *log,
