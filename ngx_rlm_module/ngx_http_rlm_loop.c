@@ -44,6 +44,8 @@ static ngx_int_t ngx_http_rlm_loop_response(ngx_http_rlm_loop_t *loop);
 static ngx_int_t ngx_http_rlm_loop_run_block(ngx_http_rlm_loop_t *loop);
 static ngx_int_t ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop);
 static ngx_int_t ngx_http_rlm_loop_final_var_done(ngx_http_rlm_loop_t *loop);
+static ngx_int_t ngx_http_rlm_loop_lost(ngx_http_rlm_loop_t *loop,
+    ngx_uint_t block);
 static ngx_int_t ngx_http_rlm_loop_next_turn(ngx_http_rlm_loop_t *loop);
 static void ngx_http_rlm_loop_record(ngx_http_rlm_loop_t *loop,
     ngx_str_t *final);
@@ -1024,8 +1026,7 @@ ngx_http_rlm_loop_run_block(ngx_http_rlm_loop_t *loop)
 static ngx_int_t
 ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
 {
-    char                    what[160];
-    u_char                  reason[NGX_HTTP_RLM_REASON_LEN];
+    char                    what[96];
     json_t                 *out, *rec, *err;
     ngx_int_t               rc;
     ngx_str_t               text;
@@ -1120,24 +1121,8 @@ ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
         loop->progress(loop, what);
     }
 
-    /*
-     * A sandbox that died took the session's variables with it: every
-     * later block would fail the same way, so the loop ends here rather
-     * than ask the model again.
-     */
-
-    if (loop->session
-        && ngx_http_rlm_session_is_lost(ngx_http_rlm_zone(), loop->session,
-                                        reason, sizeof(reason)))
-    {
+    if (ngx_http_rlm_loop_lost(loop, loop->block + 1) == NGX_OK) {
         ngx_http_rlm_result_free(&res);
-
-        ngx_snprintf((u_char *) what, sizeof(what) - 1,
-                     "the session's sandbox is gone (%s) in block %ui.%ui;"
-                     " start a new session%Z", reason, loop->iterations, loop->block + 1);
-
-        ngx_http_rlm_loop_fail(loop, NGX_HTTP_BAD_GATEWAY, "server_error",
-                               "sandbox_lost", what);
         return NGX_OK;
     }
 
@@ -1180,6 +1165,44 @@ ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
     }
 
     return ngx_http_rlm_loop_next_turn(loop);
+}
+
+
+/*
+ * A sandbox that died took the session's variables with it: every later
+ * block would fail the same way, so the loop ends at once with
+ * sandbox_lost rather than ask the model again.  NGX_OK: it ended.
+ */
+
+static ngx_int_t
+ngx_http_rlm_loop_lost(ngx_http_rlm_loop_t *loop, ngx_uint_t block)
+{
+    u_char  *p, msg[160];
+    u_char   reason[NGX_HTTP_RLM_REASON_LEN];
+
+    if (loop->session == NULL
+        || !ngx_http_rlm_session_is_lost(ngx_http_rlm_zone(), loop->session,
+                                         reason, sizeof(reason)))
+    {
+        return NGX_DECLINED;
+    }
+
+    p = ngx_snprintf(msg, sizeof(msg) - 1,
+                     "the session's sandbox is gone (%s) in turn %ui",
+                     reason, loop->iterations);
+
+    if (block) {
+        p = ngx_snprintf(p, msg + sizeof(msg) - 1 - p, ", block %ui", block);
+    }
+
+    p = ngx_snprintf(p, msg + sizeof(msg) - 1 - p,
+                     "; start a new session");
+    *p = '\0';
+
+    ngx_http_rlm_loop_fail(loop, NGX_HTTP_BAD_GATEWAY, "server_error",
+                           "sandbox_lost", (char *) msg);
+
+    return NGX_OK;
 }
 
 
@@ -1229,6 +1252,10 @@ ngx_http_rlm_loop_final_var_done(ngx_http_rlm_loop_t *loop)
         }
 
         ngx_http_rlm_result_free(&res);
+    }
+
+    if (ngx_http_rlm_loop_lost(loop, 0) == NGX_OK) {
+        return NGX_OK;
     }
 
     /* a missing variable does not end the loop */

@@ -61,7 +61,7 @@ __DATA__
     }
 --- request
 GET /t
---- timeout: 30
+--- timeout: 60
 --- response_body
 block running: true
 killed: true
@@ -122,11 +122,63 @@ signal 11
     }
 --- request
 GET /t
---- timeout: 30
+--- timeout: 60
 --- response_body
 block running: true
 killed: true
 200 error event: sandbox_lost server_error done: true
+model calls: 1
+--- no_error_log
+[alert]
+[emerg]
+signal 11
+
+
+
+=== TEST 3: FINAL_VAR read from a sandbox that died while the model answered: sandbox_lost, no second call
+--- config
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            local t = require "rlmt"
+            local b = require "tamper"
+
+            -- the answer takes 2 s: the sandbox is killed meanwhile
+            l.script("root", {
+                { content = "FINAL_VAR(x)", latency = 2 },
+            })
+
+            local id = t.create()
+            local cg = b.sandbox_cgroup(id)
+
+            local th = ngx.thread.spawn(function()
+                return l.complete(l.ask("go", { context = "x" }),
+                                  { ["X-RLM-Session-Id"] = id })
+            end)
+
+            local asked = false
+            for _ = 1, 200 do
+                if #l.requests("script:root") >= 1 then
+                    asked = true
+                    break
+                end
+                ngx.sleep(0.05)
+            end
+            ngx.say("model asked: ", asked)
+            ngx.say("killed: ", b.kill(cg) > 0)
+
+            local _, res = ngx.thread.wait(th)
+            ngx.say(t.envelope(res))
+            ngx.say("model calls: ", #l.requests("script:root"))
+        }
+    }
+--- request
+GET /t
+--- timeout: 60
+--- response_body
+model asked: true
+killed: true
+502 sandbox_lost server_error
 model calls: 1
 --- no_error_log
 [alert]
