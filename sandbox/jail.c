@@ -665,11 +665,13 @@ rlm_jail_data_now(void)
 
 /*
  * The soft memory limit inside: RLIMIT_DATA, what the sandbox maps now
- * plus the cgroup's memory limit less a reserve for what the cgroup
- * also counts (the tmpfs, pages of the zygote the sandbox writes to,
- * kernel memory).  malloc() then fails and Python raises MemoryError,
- * which ends the cell and keeps the interpreter, well before the
- * cgroup's OOM killer (the backstop) ends the sandbox.  None when the
+ * plus the cgroup's memory limit less an eighth (at least 16 MiB) for
+ * what the cgroup also counts: pages of the zygote the sandbox writes to
+ * (its whole data is about 13 MiB), page tables, kernel memory.  malloc()
+ * then fails and Python raises MemoryError, which ends the cell and
+ * keeps the interpreter, before the cgroup's OOM killer (the backstop)
+ * ends the sandbox.  Files on the tmpfs are charged to the cgroup only:
+ * a sandbox that filled both still meets the backstop.  None when the
  * address space limit was set by hand (ASan's shadow memory) or there
  * is no memory limit.
  */
@@ -685,8 +687,11 @@ rlm_jail_data_limit(const rlm_jail_limits_t *limits, rlim_t data_now)
 
     mem = (rlim_t) limits->memory_mb << 20;
 
-    reserve = ((rlim_t) (limits->tmpfs_mb ? limits->tmpfs_mb : 16) << 20)
-              + mem / 4;
+    reserve = mem / 8;
+
+    if (reserve < ((rlim_t) 16 << 20)) {
+        reserve = (rlim_t) 16 << 20;
+    }
 
     if (reserve + (16 << 20) > mem) {
         return data_now + (16 << 20);

@@ -348,7 +348,7 @@ my @ATTACKS = (
         is($r->{status}, 'oom', "$n: status oom");
         is($r->{error}{ename}, 'MemoryError',
            "$n: MemoryError raised at the soft limit, the sandbox lives");
-    }],
+    }, {wall_ms => 30000, cpu_s => 30}],
     ['recursion_heap.py' => err_is('RecursionError')],
     ['fork_bomb.py' => err_is('PermissionError', $EPERM)],
     ['thread_bomb.py' => sub {
