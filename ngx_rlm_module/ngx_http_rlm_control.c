@@ -15,6 +15,7 @@ typedef struct {
     ngx_http_rlm_control_pt   handler;
     void                     *data;
     json_t                   *reply;
+    ngx_atomic_uint_t         generation;    /* the manager asked */
 } ngx_http_rlm_control_ctx_t;
 
 
@@ -43,6 +44,7 @@ ngx_http_rlm_control(ngx_pool_t *pool, ngx_log_t *log, json_t *req,
     ngx_chain_t                 *cl;
     ngx_http_rlm_peer_t         *p;
     ngx_http_rlm_main_conf_t    *rmcf;
+    ngx_http_rlm_zone_t         *z;
     ngx_http_rlm_control_ctx_t  *ctx;
 
     rmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
@@ -55,6 +57,11 @@ ngx_http_rlm_control(ngx_pool_t *pool, ngx_log_t *log, json_t *req,
 
     ctx->handler = handler;
     ctx->data = data;
+
+    z = ngx_http_rlm_zone();
+    if (z && z->sh) {
+        ctx->generation = z->sh->super.starts;
+    }
 
     p = ngx_http_rlm_peer_create(pool, log, &rmcf->control_path);
     if (p == NULL) {
@@ -97,6 +104,14 @@ ngx_http_rlm_control_done(ngx_http_rlm_peer_t *p,
 
     reply = ctx->reply;
     ctx->reply = NULL;
+
+    /* a manager that answers works: its supervisor need not back off */
+
+    if (status == NGX_HTTP_RLM_PEER_OK && reply
+        && json_is_true(json_object_get(reply, "ok")))
+    {
+        ngx_http_rlm_supervisor_served(ctx->generation);
+    }
 
     ctx->handler(ctx->data, status == NGX_HTTP_RLM_PEER_OK ? reply : NULL,
                  status);

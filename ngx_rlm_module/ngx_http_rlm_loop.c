@@ -44,6 +44,8 @@ static ngx_int_t ngx_http_rlm_loop_response(ngx_http_rlm_loop_t *loop);
 static ngx_int_t ngx_http_rlm_loop_run_block(ngx_http_rlm_loop_t *loop);
 static ngx_int_t ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop);
 static ngx_int_t ngx_http_rlm_loop_final_var_done(ngx_http_rlm_loop_t *loop);
+static ngx_int_t ngx_http_rlm_loop_lost(ngx_http_rlm_loop_t *loop,
+    ngx_uint_t block);
 static ngx_int_t ngx_http_rlm_loop_next_turn(ngx_http_rlm_loop_t *loop);
 static void ngx_http_rlm_loop_new_record(ngx_http_rlm_loop_t *loop,
     ngx_str_t *response);
@@ -1114,6 +1116,11 @@ ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
         loop->progress(loop, what);
     }
 
+    if (ngx_http_rlm_loop_lost(loop, loop->block + 1) == NGX_OK) {
+        ngx_http_rlm_result_free(&res);
+        return NGX_OK;
+    }
+
     if (res.answer_ready) {
         if (res.answer_null) {
             ngx_str_set(&text, "");
@@ -1153,6 +1160,44 @@ ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
     }
 
     return ngx_http_rlm_loop_next_turn(loop);
+}
+
+
+/*
+ * A sandbox that died took the session's variables with it: every later
+ * block would fail the same way, so the loop ends at once with
+ * sandbox_lost rather than ask the model again.  NGX_OK: it ended.
+ */
+
+static ngx_int_t
+ngx_http_rlm_loop_lost(ngx_http_rlm_loop_t *loop, ngx_uint_t block)
+{
+    u_char  *p, msg[160];
+    u_char   reason[NGX_HTTP_RLM_REASON_LEN];
+
+    if (loop->session == NULL
+        || !ngx_http_rlm_session_is_lost(ngx_http_rlm_zone(), loop->session,
+                                         reason, sizeof(reason)))
+    {
+        return NGX_DECLINED;
+    }
+
+    p = ngx_snprintf(msg, sizeof(msg) - 1,
+                     "the session's sandbox is gone (%s) in turn %ui",
+                     reason, loop->iterations);
+
+    if (block) {
+        p = ngx_snprintf(p, msg + sizeof(msg) - 1 - p, ", block %ui", block);
+    }
+
+    p = ngx_snprintf(p, msg + sizeof(msg) - 1 - p,
+                     "; start a new session");
+    *p = '\0';
+
+    ngx_http_rlm_loop_fail(loop, NGX_HTTP_BAD_GATEWAY, "server_error",
+                           "sandbox_lost", (char *) msg);
+
+    return NGX_OK;
 }
 
 
@@ -1202,6 +1247,10 @@ ngx_http_rlm_loop_final_var_done(ngx_http_rlm_loop_t *loop)
         }
 
         ngx_http_rlm_result_free(&res);
+    }
+
+    if (ngx_http_rlm_loop_lost(loop, 0) == NGX_OK) {
+        return NGX_OK;
     }
 
     /* a missing variable does not end the loop */

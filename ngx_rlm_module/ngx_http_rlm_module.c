@@ -379,6 +379,7 @@ ngx_http_rlm_init_process(ngx_cycle_t *cycle)
 static void
 ngx_http_rlm_exit_process(ngx_cycle_t *cycle)
 {
+    ngx_http_rlm_peer_close_idle();
     ngx_http_rlm_supervisor_exit(cycle);
 }
 

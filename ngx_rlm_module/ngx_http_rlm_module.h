@@ -108,6 +108,8 @@ typedef struct {
     time_t                      last_start;
     ngx_uint_t                  fast_failures;
     ngx_uint_t                  planned;         /* a reload asked for it */
+    ngx_atomic_t                served;          /* last generation that
+                                                    answered a request */
     ngx_pid_t                   pid;
 } ngx_http_rlm_super_t;
 
@@ -409,6 +411,7 @@ ngx_http_rlm_peer_t *ngx_http_rlm_peer_create(ngx_pool_t *pool,
 ngx_int_t ngx_http_rlm_peer_start(ngx_http_rlm_peer_t *p);
 ngx_int_t ngx_http_rlm_peer_send(ngx_http_rlm_peer_t *p, ngx_chain_t *cl);
 void ngx_http_rlm_peer_close(ngx_http_rlm_peer_t *p);
+void ngx_http_rlm_peer_close_idle(void);
 
 /* ngx_http_rlm_control.c */
 ngx_int_t ngx_http_rlm_control(ngx_pool_t *pool, ngx_log_t *log,
@@ -455,6 +458,8 @@ ngx_uint_t ngx_http_rlm_session_deleted(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s);
 ngx_uint_t ngx_http_rlm_session_lost(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s, const char *reason);
+ngx_uint_t ngx_http_rlm_session_is_lost(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s, u_char *reason, size_t len);
 json_t *ngx_http_rlm_session_json(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s);
 json_t *ngx_http_rlm_session_list(ngx_http_rlm_zone_t *z, ngx_str_t *owner);
@@ -524,6 +529,7 @@ ngx_int_t ngx_http_rlm_supervisor_init(ngx_cycle_t *cycle,
     ngx_http_rlm_main_conf_t *rmcf);
 void ngx_http_rlm_supervisor_exit(ngx_cycle_t *cycle);
 void ngx_http_rlm_supervisor_worker_tidy(void);
+void ngx_http_rlm_supervisor_served(ngx_atomic_uint_t generation);
 
 /* ngx_http_rlm_janitor.c */
 ngx_int_t ngx_http_rlm_janitor_init(ngx_cycle_t *cycle);

@@ -682,7 +682,13 @@ ngx_http_rlm_peer_keep(ngx_http_rlm_peer_t *p)
     ngx_connection_t     *c;
     ngx_http_rlm_idle_t  *idle;
 
-    if (ngx_cycle->connection_n < 4) {
+    /*
+     * a worker that is leaving closed its idle connections already
+     * (ngx_close_idle_connections()) and must not gather new ones, as
+     * nginx's own upstream keepalive cache does not
+     */
+
+    if (ngx_cycle->connection_n < 4 || ngx_exiting || ngx_terminate) {
         return;
     }
 
@@ -730,6 +736,24 @@ ngx_http_rlm_peer_keep(ngx_http_rlm_peer_t *p)
     ngx_http_rlm_idle_n++;
 
     p->connection = NULL;
+}
+
+
+/* at worker exit: every cached connection is closed */
+
+void
+ngx_http_rlm_peer_close_idle(void)
+{
+    ngx_queue_t  *q;
+
+    if (ngx_http_rlm_idle_used.next == NULL) {
+        return;
+    }
+
+    while (!ngx_queue_empty(&ngx_http_rlm_idle_used)) {
+        q = ngx_queue_head(&ngx_http_rlm_idle_used);
+        ngx_http_rlm_idle_drop(ngx_queue_data(q, ngx_http_rlm_idle_t, queue));
+    }
 }
 
 

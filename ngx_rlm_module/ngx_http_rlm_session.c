@@ -545,6 +545,28 @@ ngx_http_rlm_session_lost(ngx_http_rlm_zone_t *z, ngx_http_rlm_session_t *s,
 }
 
 
+/* 1 if the session's sandbox is gone; why, into reason (len > 0) */
+
+ngx_uint_t
+ngx_http_rlm_session_is_lost(ngx_http_rlm_zone_t *z,
+    ngx_http_rlm_session_t *s, u_char *reason, size_t len)
+{
+    ngx_uint_t  lost;
+
+    ngx_shmtx_lock(&z->shpool->mutex);
+
+    lost = (s->state == NGX_HTTP_RLM_SESSION_LOST);
+
+    if (lost) {
+        ngx_cpystrn(reason, s->reason, len);
+    }
+
+    ngx_shmtx_unlock(&z->shpool->mutex);
+
+    return lost;
+}
+
+
 static void
 ngx_http_rlm_session_unlink_locked(ngx_http_rlm_zone_t *z,
     ngx_http_rlm_session_t *s)

@@ -735,8 +735,43 @@ ngx_http_rlm_supervisor_close_fds(void)
 
 
 /*
- * Restarts in a quick row wait 0.1 s, 0.2 s, ... up to 30 s; a manager
- * that lived 30 s or more resets the count.
+ * A worker had a good answer from the manager of this generation: it
+ * started and served, so its death is not a crash loop.  A reply that
+ * an older manager sent just before it died does not count for the one
+ * that replaced it.
+ */
+
+void
+ngx_http_rlm_supervisor_served(ngx_atomic_uint_t generation)
+{
+    ngx_http_rlm_zone_t   *z;
+    ngx_http_rlm_super_t  *sup;
+
+    z = ngx_http_rlm_zone();
+    if (z == NULL || z->sh == NULL || generation == 0) {
+        return;
+    }
+
+    sup = &z->sh->super;
+
+    if (sup->served != generation && sup->starts == generation) {
+        ngx_shmtx_lock(&z->shpool->mutex);
+
+        if (sup->starts == generation) {
+            sup->served = generation;
+        }
+
+        ngx_shmtx_unlock(&z->shpool->mutex);
+    }
+}
+
+
+/*
+ * Back off on failures to start or to serve, not on uptime alone: a
+ * manager that died before any worker had an answer from it (and within
+ * 30 s of its start) is a fast failure, and restarts in such a row wait
+ * 0.1 s, 0.2 s, ... up to 30 s.  A manager that answered, or lived 30 s,
+ * was healthy: it is restarted at once and the count starts again.
  */
 
 static ngx_msec_t
@@ -744,7 +779,7 @@ ngx_http_rlm_supervisor_backoff(ngx_cycle_t *cycle)
 {
     time_t                     now;
     ngx_msec_t                 delay;
-    ngx_uint_t                 restart, failures, planned;
+    ngx_uint_t                 restart, failures, planned, served;
     ngx_http_rlm_zone_t       *z;
     ngx_http_rlm_super_t      *sup;
     ngx_http_rlm_main_conf_t  *rmcf;
@@ -771,8 +806,10 @@ ngx_http_rlm_supervisor_backoff(ngx_cycle_t *cycle)
     planned = sup->planned;
     sup->planned = 0;
 
+    served = (sup->served == sup->starts);
+
     if (restart && !planned) {
-        if (now - sup->last_start < NGX_HTTP_RLM_STABLE_SECS) {
+        if (!served && now - sup->last_start < NGX_HTTP_RLM_STABLE_SECS) {
             sup->fast_failures++;
 
         } else {
@@ -802,8 +839,10 @@ ngx_http_rlm_supervisor_backoff(ngx_cycle_t *cycle)
 
     if (restart && !planned) {
         ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
-                      "rlm: rlm-sandboxd exited, restarting it in %M ms "
-                      "(restart %uA)", delay, sup->restarts);
+                      "rlm: rlm-sandboxd exited%s, restarting it in %M ms "
+                      "(restart %uA)",
+                      served ? " after serving" : " before serving",
+                      delay, sup->restarts);
     }
 
     return delay;

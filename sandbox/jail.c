@@ -58,7 +58,10 @@ static int rlm_jail_bind(rlm_jail_conf_t *conf, const char *src,
 static int rlm_jail_build_root(rlm_jail_conf_t *conf,
     const rlm_jail_limits_t *limits);
 static int rlm_jail_rlimits(rlm_jail_conf_t *conf,
-    const rlm_jail_limits_t *limits);
+    const rlm_jail_limits_t *limits, rlim_t data_now);
+static rlim_t rlm_jail_data_now(void);
+static rlim_t rlm_jail_data_limit(const rlm_jail_limits_t *limits,
+    rlim_t data_now);
 static int rlm_jail_creds(rlm_jail_conf_t *conf);
 static int rlm_jail_close_fds(const int *keep, int nkeep);
 static int rlm_jail_stdio(rlm_jail_conf_t *conf, const int *keep, int nkeep);
@@ -623,8 +626,84 @@ rlm_jail_build_root(rlm_jail_conf_t *conf, const rlm_jail_limits_t *limits)
 }
 
 
+/*
+ * The private data the process maps now (the interpreter and stdlib it
+ * got from the zygote), in bytes, from /proc/self/statm; 0 if unknown.
+ */
+
+static rlim_t
+rlm_jail_data_now(void)
+{
+    int            fd;
+    char           buf[256];
+    ssize_t        n;
+    unsigned long  size, rss, shared, text, lib, data;
+
+    fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd == -1) {
+        return 0;
+    }
+
+    n = read(fd, buf, sizeof(buf) - 1);
+    (void) close(fd);
+
+    if (n <= 0) {
+        return 0;
+    }
+
+    buf[n] = '\0';
+
+    if (sscanf(buf, "%lu %lu %lu %lu %lu %lu", &size, &rss, &shared, &text,
+               &lib, &data) != 6)
+    {
+        return 0;
+    }
+
+    return (rlim_t) data * (rlim_t) sysconf(_SC_PAGESIZE);
+}
+
+
+/*
+ * The soft memory limit inside: RLIMIT_DATA, what the sandbox maps now
+ * plus the cgroup's memory limit less an eighth (at least 16 MiB) for
+ * what the cgroup also counts: pages of the zygote the sandbox writes to
+ * (its whole data is about 13 MiB), page tables, kernel memory.  malloc()
+ * then fails and Python raises MemoryError, which ends the cell and
+ * keeps the interpreter, before the cgroup's OOM killer (the backstop)
+ * ends the sandbox.  Files on the tmpfs are charged to the cgroup only:
+ * a sandbox that filled both still meets the backstop.  None when the
+ * address space limit was set by hand (ASan's shadow memory) or there
+ * is no memory limit.
+ */
+
+static rlim_t
+rlm_jail_data_limit(const rlm_jail_limits_t *limits, rlim_t data_now)
+{
+    rlim_t  mem, reserve;
+
+    if (limits->memory_mb == 0 || limits->as_mb || data_now == 0) {
+        return RLIM_INFINITY;
+    }
+
+    mem = (rlim_t) limits->memory_mb << 20;
+
+    reserve = mem / 8;
+
+    if (reserve < ((rlim_t) 16 << 20)) {
+        reserve = (rlim_t) 16 << 20;
+    }
+
+    if (reserve + (16 << 20) > mem) {
+        return data_now + (16 << 20);
+    }
+
+    return data_now + mem - reserve;
+}
+
+
 static int
-rlm_jail_rlimits(rlm_jail_conf_t *conf, const rlm_jail_limits_t *limits)
+rlm_jail_rlimits(rlm_jail_conf_t *conf, const rlm_jail_limits_t *limits,
+    rlim_t data_now)
 {
     int            i;
     rlim_t         as;
@@ -634,7 +713,7 @@ rlm_jail_rlimits(rlm_jail_conf_t *conf, const rlm_jail_limits_t *limits)
         int          resource;
         rlim_t       value;
         const char  *name;
-    } table[9];
+    } table[10];
 
     if (limits->as_mb) {
         as = (rlim_t) limits->as_mb << 20;
@@ -685,7 +764,11 @@ rlm_jail_rlimits(rlm_jail_conf_t *conf, const rlm_jail_limits_t *limits)
     table[8].value = 0;
     table[8].name = "RLIMIT_MSGQUEUE";
 
-    for (i = 0; i < 9; i++) {
+    table[9].resource = RLIMIT_DATA;
+    table[9].value = rlm_jail_data_limit(limits, data_now);
+    table[9].name = "RLIMIT_DATA";
+
+    for (i = 0; i < 10; i++) {
         rl.rlim_cur = table[i].value;
         rl.rlim_max = table[i].value;
 
@@ -863,7 +946,8 @@ int
 rlm_jail_enter_fds(rlm_jail_conf_t *conf, const rlm_jail_limits_t *limits,
     const int *keep_fds, int nkeep)
 {
-    int  i;
+    int     i;
+    rlim_t  data_now;
 
     conf->err[0] = '\0';
 
@@ -871,6 +955,9 @@ rlm_jail_enter_fds(rlm_jail_conf_t *conf, const rlm_jail_limits_t *limits,
     if (rlm_jail_close_fds(keep_fds, nkeep) != 0) {
         return rlm_jail_fail(conf, "close_range");
     }
+
+    /* measured before the root swap takes /proc away */
+    data_now = rlm_jail_data_now();
 
     if (rlm_jail_build_root(conf, limits) != 0) {
         return -1;
@@ -882,7 +969,7 @@ rlm_jail_enter_fds(rlm_jail_conf_t *conf, const rlm_jail_limits_t *limits,
         return rlm_jail_fail(conf, "sethostname");
     }
 
-    if (rlm_jail_rlimits(conf, limits) != 0) {
+    if (rlm_jail_rlimits(conf, limits, data_now) != 0) {
         return -1;
     }
 

@@ -137,6 +137,24 @@ sys.stdout = sys.stderr = _NULL
 sys.stdin = None
 
 
+# Recursion deeper than this is refused with RecursionError whatever
+# limit code asks for: CPython 3.11 keeps Python frames off the C stack,
+# so a lifted limit lets a runaway recursion fill the memory frame by
+# frame (the soft memory limit then ends it with a SystemError after a
+# long, quadratic garbage collection) or, through C calls, overflow the
+# C stack.  A gentle first step only: the soft memory limit, the cell's
+# time limits and the cgroup stay behind it.
+RECURSION_MAX = 10000
+_set_recursion_limit = sys.setrecursionlimit
+
+
+def _setrecursionlimit(n):
+    _set_recursion_limit(min(n, RECURSION_MAX))
+
+
+sys.setrecursionlimit = _setrecursionlimit
+
+
 def _cut(out, err, cap):
     """Apply the byte cap to stdout + stderr; True if anything was cut."""
     if (len(out) + len(err)) * 4 <= cap:

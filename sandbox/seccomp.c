@@ -412,6 +412,10 @@ static const struct {
  * inside the sandbox; the manager's kill and watch ops stop it anyway
  * (docs/protocol.md), but refusing these keeps the gentle first step,
  * which ends a cell and keeps the interpreter's state, in place.
+ * The soft memory limit (RLIMIT_DATA, with RLIMIT_AS above it) is set
+ * soft = hard, so an unprivileged sandbox cannot raise it anyway; the
+ * filter refuses to change either all the same, so that MemoryError
+ * stays the first step before the cgroup's OOM kill.
  * Queries (signal.getsignal(), resource.getrlimit()) stay allowed.
  * Blocking the signals (sigprocmask) and disarming the timers cannot be
  * told apart from the runtime's own calls by a filter: the manager
@@ -423,6 +427,10 @@ static const rlm_seccomp_guard_t  rlm_seccomp_limit_guards[] = {
     { SCMP_SYS(rt_sigaction), EPERM, 0, RLM_IS(SIGUSR1), 1 },
     { SCMP_SYS(setrlimit), EPERM, 0, RLM_IS(RLIMIT_CPU), -1 },
     { SCMP_SYS(prlimit64), EPERM, 1, RLM_IS(RLIMIT_CPU), 2 },
+    { SCMP_SYS(setrlimit), EPERM, 0, RLM_IS(RLIMIT_DATA), -1 },
+    { SCMP_SYS(prlimit64), EPERM, 1, RLM_IS(RLIMIT_DATA), 2 },
+    { SCMP_SYS(setrlimit), EPERM, 0, RLM_IS(RLIMIT_AS), -1 },
+    { SCMP_SYS(prlimit64), EPERM, 1, RLM_IS(RLIMIT_AS), 2 },
 };
 
 

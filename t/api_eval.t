@@ -195,7 +195,7 @@ after: status=ok stdout="[1, 2, 3] False\n"
 
 
 
-=== TEST 7: memory balloon: oom; afterwards usable or sandbox_lost (oom)
+=== TEST 7: memory balloon: MemoryError at the soft limit (oom), the session usable (sanitized builds have only the cgroup: maybe sandbox_lost)
 --- http_config
     rlm_sandbox_memory 256m;
 --- config
@@ -216,10 +216,10 @@ after: status=ok stdout="[1, 2, 3] False\n"
     }
 --- request
 GET /t
---- response_body_like chomp
-^balloon: oom
-next: (ok|sandbox_lost SandboxLost oom)
-$
+--- response_body_like eval
+$ENV{RLM_SANITIZED}
+    ? qr/^balloon: oom\nnext: (ok|sandbox_lost SandboxLost oom)\n$/
+    : qr/^balloon: oom\nnext: ok\n$/
 
 
 
@@ -234,8 +234,11 @@ $
             t.eval(id, "w = 1")
             -- a real segfault: C stack overflow in repr() of a deeply
             -- nested list (a raise()d signal would be ignored: the
-            -- sandbox is pid 1 of its namespace)
-            local r = t.eval(id, "import sys\nsys.setrecursionlimit(1 << 30)\n"
+            -- sandbox is pid 1 of its namespace); the runtime's cap on
+            -- the recursion limit is gentle, code can get round it
+            local r = t.eval(id, "import sys\n"
+                             .. "sys.setrecursionlimit.__globals__"
+                             .. "['_set_recursion_limit'](1 << 30)\n"
                              .. "x = []\nfor _ in range(1000000):\n    x = [x]\ns = repr(x)")
             ngx.say("crash: ", r.status)
             r = t.eval(id, "print(w)")

@@ -10,6 +10,7 @@ use FindBin;
 use lib "$FindBin::Bin/module_lib";
 
 use File::Temp qw( tempdir );
+use IO::Socket::INET;
 use Test::More;
 use Time::HiRes qw( sleep );
 
@@ -19,13 +20,21 @@ plan skip_all => "module not built ($Module)" unless -f $Module;
 plan skip_all => "rlm-sandboxd not built ($Sandboxd)" unless -x $Sandboxd;
 
 my $dir = tempdir('rlm-super-XXXXXX', TMPDIR => 1, CLEANUP => 1);
-my $port = 19910;
+# a free port: other suites run beside this one
+my $port = do {
+    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+                                  Listen => 1) or die "no free port: $!";
+    my $p = $s->sockport;
+    close $s;
+    $p;
+};
 
 # a wrapper records what the manager inherits, then becomes it
 open my $w, '>', "$dir/sandboxd.sh" or die $!;
 print $w <<"SH";
 #!/bin/sh
 env > $dir/env.txt
+[ -e $dir/crash ] && exit 1
 exec $Sandboxd "\$@"
 SH
 close $w;
@@ -148,7 +157,8 @@ isnt($manager2, $manager, 'with a new pid');
 
 like(error_log(), qr/\[alert\].*rlm-sandboxd \d+ exited on signal 9/,
      'the death is logged at alert');
-like(error_log(), qr/\[alert\].*rlm: rlm-sandboxd exited, restarting it/,
+like(error_log(),
+     qr/\[alert\].*rlm: rlm-sandboxd exited after serving, restarting it in 0 ms/,
      'the restart is logged at alert');
 
 ok(wait_until(\&healthy, 20), 'the new manager answers');
@@ -174,15 +184,43 @@ my (undef, undef, $metrics) = http(GET => '/metrics');
 like($metrics, qr/^rlm_manager_restarts_total 1$/m,
      'metrics count the restart');
 
-# several quick deaths back off
+# a manager that served and is then killed, again and again at intervals
+# shorter than 30 s, is restarted at once each time: no crash-loop backoff
 
-kill 'KILL', sandboxd_pid();
-ok(wait_until(sub { my $p = sandboxd_pid(); $p && $p != $manager2 }, 20),
-   'restarted again');
-like(error_log(), qr/restarting it in [1-9]\d* ms \(restart 2\)/,
-     'a quick second death waits before the restart');
+my $prev = $manager2;
+for my $n (2 .. 4) {
+    ($st, $doc) = json_http(POST => '/v1/sessions');
+    is($st, 201, "manager $n serves before it is killed");
 
-ok(wait_until(\&healthy, 20), 'and the manager is back');
+    kill 'KILL', $prev;
+    ok(wait_until(sub { my $p = sandboxd_pid(); $p && $p != $prev }, 10),
+       "killed after serving ($n): restarted");
+    like(error_log(),
+         qr/exited after serving, restarting it in 0 ms \(restart $n\)/,
+         "killed after serving ($n): no backoff");
+    ok(wait_until(sub { (json_http(POST => '/v1/sessions'))[0] == 201 },
+                  10),
+       "killed after serving ($n): new sessions work again");
+    $prev = sandboxd_pid();
+}
+
+# a real crash loop, a manager that exits at once, still backs off:
+# 0.1 s, 0.2 s, 0.4 s ...
+
+open my $crash, '>', "$dir/crash" or die $!;
+close $crash;
+kill 'KILL', $prev;
+
+ok(wait_until(sub { error_log() =~ /before serving, restarting it in 400 ms/ },
+              20),
+   'a manager that exits at once is restarted later each time');
+my @delays = error_log() =~ /before serving, restarting it in (\d+) ms/g;
+is("@delays[0 .. 2]", '100 200 400', 'the delay doubles');
+
+unlink "$dir/crash";
+ok(wait_until(\&healthy, 20), 'the manager is back once it starts');
+my $restarts = () = error_log() =~ /restarting it in/g;
+ok($restarts >= 7, "the restarts are counted ($restarts)");
 
 # a reload that moves the runtime dir restarts the manager on purpose:
 # a notice, no alert, no backoff

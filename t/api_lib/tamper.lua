@@ -70,6 +70,29 @@ function _M.count(line)
 end
 
 
+-- SIGKILL to every host process in that cgroup (what a crash, the OOM
+-- killer or an operator does to a sandbox); the number signalled
+function _M.kill(line)
+    if not line then
+        return 0
+    end
+
+    local p = io.popen("grep -l -F -x '" .. line .. "' /proc/[0-9]*/cgroup"
+                       .. " 2>/dev/null")
+    local n = 0
+    for path in p:lines() do
+        local pid = path:match("^/proc/(%d+)/cgroup$")
+        if pid then
+            os.execute("kill -9 " .. pid .. " 2>/dev/null")
+            n = n + 1
+        end
+    end
+    p:close()
+
+    return n
+end
+
+
 -- waits (bounded: 40 s, within the test client's 60) until the
 -- sandbox has no process; the count then
 function _M.wait_gone(cg)

@@ -100,8 +100,25 @@ SKIP: {
     is($r->[1]{stdout}, "alive\n", 'the sandbox survives a MemoryError');
 }
 
-# touching more memory than the cgroup allows: OOM kill, seen via status
-$r = ctl_run(cells("b = bytearray(400 * 1024 * 1024)",
+# the same on the heap, below RLIMIT_AS but over the soft limit
+# (RLIMIT_DATA): MemoryError, the sandbox lives on
+SKIP: {
+    skip 'ASan build: no RLIMIT_DATA', 3
+        if `ldd $SANDBOXD 2>/dev/null` =~ /libasan/;
+    $r = ctl_run(cells("b = bytearray(400 * 1024 * 1024)",
+                       "print('alive')"),
+                 '--limits', '{"memory_mb":128}');
+    is($r->[0]{status}, 'oom', 'over the soft limit: status oom');
+    is($r->[0]{error}{ename}, 'MemoryError', 'a MemoryError');
+    is($r->[1]{stdout}, "alive\n", 'the sandbox survives it');
+}
+
+# touching more memory than the cgroup allows where the soft limit does
+# not count it (a shared mapping): OOM kill, seen via status
+$r = ctl_run(cells("import mmap\nm = mmap.mmap(-1, 400 << 20)\n"
+                   . "c = b'x' * (1 << 20)\n"
+                   . "for i in range(0, 400 << 20, 1 << 20):\n"
+                   . "    m[i:i + (1 << 20)] = c",
                    "print('unreachable')"),
              '--limits', '{"memory_mb":128}');
 is(scalar @$r, 1, 'the OOM-killed sandbox runs nothing more');

@@ -1,5 +1,6 @@
 # Python-to-Python recursion with the limit lifted: 3.11 keeps frames on
-# the heap, so this balloons memory until the cgroup kills the sandbox.
+# the heap, so this would balloon memory; the runtime caps the limit code
+# may set, and RecursionError ends it.
 import sys
 sys.setrecursionlimit(10 ** 8)
 def f(n):
