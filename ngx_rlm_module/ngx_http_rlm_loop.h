@@ -21,6 +21,7 @@
 #include "ngx_http_rlm_llm.h"
 #include "ngx_http_rlm_parse.h"
 #include "ngx_http_rlm_jsonstr.h"
+#include "ngx_http_rlm_cost.h"
 
 
 typedef struct ngx_http_rlm_loop_s  ngx_http_rlm_loop_t;
@@ -58,6 +59,10 @@ struct ngx_http_rlm_tree_s {
     uint64_t                    completion_tokens;
     ngx_uint_t                  calls;
     json_t                     *models;            /* per-model usage */
+    ngx_array_t                *prices;            /* of _price_t, or NULL */
+    double                      cost;              /* of priced calls */
+    double                      max_cost;          /* 0: no budget */
+    json_t                     *sub_sampling;      /* for sub-calls */
     json_t                     *state;             /* the shared dict */
     json_t                     *deleted;           /* keys removed: set */
     ngx_uint_t                  state_version;     /* bumped per change */
@@ -95,6 +100,7 @@ struct ngx_http_rlm_loop_s {
     ngx_str_t                   root_model;
     ngx_str_t                   sub_model;
     json_t                     *sampling;      /* copied into root calls */
+    ngx_str_t                   system_prompt; /* empty: the location's */
     ngx_uint_t                  depth;
     ngx_uint_t                  max_iterations;
     ngx_uint_t                  max_depth;
@@ -136,6 +142,7 @@ struct ngx_http_rlm_loop_s {
     ngx_uint_t                  block;
     ngx_uint_t                  error_cells;
     ngx_str_t                   best;          /* best answer so far */
+    const char                 *last_limit;    /* why the last plain call */
     json_t                     *feedback;      /* outputs of this turn */
     json_t                     *record;        /* trajectory iteration */
     json_t                     *block_calls;   /* sub-calls of a block */
@@ -188,6 +195,8 @@ json_t *ngx_http_rlm_prompt_first(ngx_http_rlm_loop_t *loop);
 json_t *ngx_http_rlm_prompt_turn(ngx_http_rlm_loop_t *loop,
     json_t *feedback);
 json_t *ngx_http_rlm_prompt_last(ngx_http_rlm_loop_t *loop);
+json_t *ngx_http_rlm_prompt_stopped(ngx_http_rlm_loop_t *loop,
+    json_t *feedback, const char *why);
 json_t *ngx_http_rlm_prompt_block_output(ngx_http_rlm_loop_t *loop,
     ngx_uint_t n, ngx_http_rlm_result_t *result);
 json_t *ngx_http_rlm_prompt_note(const char *text);

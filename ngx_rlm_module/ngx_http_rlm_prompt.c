@@ -181,6 +181,50 @@ ngx_http_rlm_prompt_last(ngx_http_rlm_loop_t *loop)
 
 
 /*
+ * A limit other than the turns stopped the loop (why says which, in a
+ * sentence): the outputs of this turn and a request for the answer.
+ */
+
+json_t *
+ngx_http_rlm_prompt_stopped(ngx_http_rlm_loop_t *loop, json_t *feedback,
+    const char *why)
+{
+    static const char  tail[] = " No more code will run. Reply now with "
+                                "your best final answer to the query, as "
+                                "plain text, without code.";
+
+    size_t   i, len;
+    json_t  *item;
+    u_char  *p, *s;
+
+    len = ngx_strlen(why) + sizeof(tail);
+
+    json_array_foreach(feedback, i, item) {
+        len += json_string_length(item) + 2;
+    }
+
+    p = ngx_pnalloc(loop->pool, len);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    s = p;
+
+    json_array_foreach(feedback, i, item) {
+        s = ngx_cpymem(s, json_string_value(item), json_string_length(item));
+        *s++ = '\n';
+        *s++ = '\n';
+    }
+
+    s = ngx_cpymem(s, why, ngx_strlen(why));
+    s = ngx_cpymem(s, tail, sizeof(tail) - 1);
+
+    return json_pack("{s:s, s:s%}", "role", "user",
+                     "content", (char *) p, (size_t) (s - p));
+}
+
+
+/*
  * One block's output as the model sees it: a header with the status, what
  * it printed, its error; cut to block_output_max characters with a
  * marker saying how much was left out.
