@@ -89,6 +89,10 @@ static ngx_conf_num_bounds_t  ngx_http_rlm_chat_share_bounds = {
     ngx_http_rlm_check_bounds, 1, 100
 };
 
+static ngx_conf_num_bounds_t  ngx_http_rlm_chat_compaction_bounds = {
+    ngx_http_rlm_check_bounds, 0, 100000000
+};
+
 static ngx_conf_num_bounds_t  ngx_http_rlm_chat_output_bounds = {
     ngx_http_rlm_check_bounds, 100, 16777216
 };
@@ -208,6 +212,13 @@ static ngx_command_t  ngx_http_rlm_chat_commands[] = {
       offsetof(ngx_http_rlm_chat_loc_conf_t, owner_max),
       NULL },
 
+    { ngx_string("rlm_compaction_threshold"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, loop.compaction),
+      &ngx_http_rlm_chat_compaction_bounds },
+
     { ngx_string("rlm_completion_prices"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_set_complex_value_slot,
@@ -310,6 +321,7 @@ ngx_http_rlm_chat_create_loc_conf(ngx_conf_t *cf)
     conf->loop.max_children = NGX_CONF_UNSET_UINT;
     conf->loop.sessions_share = NGX_CONF_UNSET_UINT;
     conf->loop.final_markers = NGX_CONF_UNSET;
+    conf->loop.compaction = NGX_CONF_UNSET_UINT;
 
     return conf;
 }
@@ -374,6 +386,8 @@ ngx_http_rlm_chat_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               prev->loop.sessions_share, 25);
     ngx_conf_merge_value(conf->loop.final_markers, prev->loop.final_markers,
                          1);
+    ngx_conf_merge_uint_value(conf->loop.compaction, prev->loop.compaction,
+                              0);
     ngx_conf_merge_str_value(conf->loop.system_prompt,
                              prev->loop.system_prompt, "");
 
@@ -832,6 +846,7 @@ ngx_http_rlm_chat_parse(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat,
 
     loop->max_iterations = rclf->loop.max_iterations;
     loop->max_depth = rclf->loop.max_depth;
+    chat->tree.compaction = rclf->loop.compaction;
     chat->tree.deadline = ngx_current_msec + rclf->loop.timeout;
 
     rlm = json_object_get(req, "rlm");
@@ -1494,6 +1509,20 @@ ngx_http_rlm_chat_rlm(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat,
 
         ngx_memcpy(s.data, json_string_value(v), s.len + 1);
         loop->sub_model = s;
+    }
+
+    v = json_object_get(rlm, "compaction_threshold");
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0
+            || json_integer_value(v) > 100000000)
+        {
+            return ngx_http_rlm_chat_bad(chat, "invalid_value",
+                                         "rlm.compaction_threshold",
+                                         "must be a number of tokens, "
+                                         "0 for none");
+        }
+
+        chat->tree.compaction = json_integer_value(v);
     }
 
     v = json_object_get(rlm, "max_cost");

@@ -194,6 +194,11 @@ ngx_http_rlm_chat_extension(ngx_http_rlm_chat_t *chat)
         json_object_set_new(o, "limit", json_null());
     }
 
+    if (o && loop->compactions) {
+        json_object_set_new(o, "compactions",
+                            json_integer(loop->compactions));
+    }
+
     if (o && chat->tree.prices) {
         json_object_set_new(o, "cost", json_real(chat->tree.cost));
     }

@@ -45,6 +45,8 @@ static ngx_int_t ngx_http_rlm_loop_run_block(ngx_http_rlm_loop_t *loop);
 static ngx_int_t ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop);
 static ngx_int_t ngx_http_rlm_loop_final_var_done(ngx_http_rlm_loop_t *loop);
 static ngx_int_t ngx_http_rlm_loop_next_turn(ngx_http_rlm_loop_t *loop);
+static ngx_int_t ngx_http_rlm_loop_compact(ngx_http_rlm_loop_t *loop);
+static void ngx_http_rlm_loop_compacted(ngx_http_rlm_llm_call_t *call);
 static ngx_int_t ngx_http_rlm_loop_stop(ngx_http_rlm_loop_t *loop,
     const char *limit, const char *why);
 static ngx_int_t ngx_http_rlm_loop_best(ngx_http_rlm_loop_t *loop,
@@ -228,7 +230,9 @@ ngx_http_rlm_loop_cleanup(void *data)
     json_decref(loop->context);
     json_decref(loop->history);
     json_decref(loop->sampling);
+    json_decref(loop->compacted);
 
+    loop->compacted = NULL;
     loop->messages = NULL;
     loop->feedback = NULL;
     loop->record = NULL;
@@ -1281,7 +1285,143 @@ ngx_http_rlm_loop_next_turn(ngx_http_rlm_loop_t *loop)
         return NGX_ERROR;
     }
 
+    if (loop->tree->compaction
+        && loop->call.prompt_tokens + loop->call.completion_tokens
+           >= loop->tree->compaction
+        && loop->iterations < loop->max_iterations
+        && json_array_size(loop->messages) >= 6)
+    {
+        return ngx_http_rlm_loop_compact(loop);
+    }
+
     return ngx_http_rlm_loop_iterate(loop);
+}
+
+
+/*
+ * The root's last call passed the compaction threshold (tokens of its
+ * prompt and answer): the sub model summarises the history between the
+ * first user message and the last response, and the summary stands in
+ * for it.  A failed summary leaves the history as it was.
+ */
+
+static ngx_int_t
+ngx_http_rlm_loop_compact(ngx_http_rlm_loop_t *loop)
+{
+    json_t     *req;
+    ngx_int_t   rc;
+
+    req = json_pack("{s:o}", "messages",
+                    ngx_http_rlm_prompt_compact(loop, 2,
+                        json_array_size(loop->messages) - 2));
+    if (req == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (loop->sub_model.len) {
+        json_object_set_new(req, "model",
+                            json_stringn((char *) loop->sub_model.data,
+                                         loop->sub_model.len));
+    }
+
+    loop->state = NGX_HTTP_RLM_LOOP_COMPACT;
+    loop->call_running = 1;
+
+    if (loop->progress) {
+        loop->progress(loop, "compaction");
+    }
+
+    json_decref(loop->compacted);
+    loop->compacted = json_pack("{s:I, s:I}",
+                                "tokens_before",
+                                (json_int_t) (loop->call.prompt_tokens
+                                              + loop->call.completion_tokens),
+                                "messages_before",
+                                (json_int_t) json_array_size(loop->messages));
+
+    rc = ngx_http_rlm_loop_start_call(loop, &loop->call, req,
+                                      ngx_http_rlm_loop_compacted, loop);
+    json_decref(req);
+
+    if (rc != NGX_OK) {
+        loop->call_running = 0;
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_rlm_loop_compacted(ngx_http_rlm_llm_call_t *call)
+{
+    size_t                n;
+    json_t               *kept, *summary;
+    ngx_int_t             rc;
+    ngx_str_t             text;
+    ngx_connection_t     *c;
+    ngx_http_rlm_loop_t  *loop = call->data;
+
+    loop->call_running = 0;
+    c = loop->request->connection;
+
+    ngx_http_rlm_enter_handler();
+
+    ngx_http_rlm_loop_count(loop, call);
+
+    n = json_array_size(loop->messages);
+    text = call->content;
+
+    if (call->error != NGX_HTTP_RLM_LLM_OK || text.len == 0) {
+        ngx_log_error(NGX_LOG_WARN, loop->log, 0,
+                      "rlm: compaction failed, the history stays: %s",
+                      ngx_http_rlm_llm_error_name(call->error));
+
+        json_decref(loop->compacted);
+        loop->compacted = NULL;
+
+        rc = ngx_http_rlm_loop_iterate(loop);
+        ngx_http_rlm_loop_stepped(loop, rc, c);
+        return;
+    }
+
+    /* system, first user message, summary, last response, this turn */
+
+    summary = ngx_http_rlm_prompt_summary(loop, &text);
+    kept = json_array();
+
+    if (summary == NULL || kept == NULL
+        || json_array_append(kept, json_array_get(loop->messages, 0)) != 0
+        || json_array_append(kept, json_array_get(loop->messages, 1)) != 0
+        || json_array_append_new(kept, summary) != 0
+        || json_array_append(kept, json_array_get(loop->messages, n - 2))
+           != 0
+        || json_array_append(kept, json_array_get(loop->messages, n - 1))
+           != 0)
+    {
+        json_decref(kept);
+        ngx_http_rlm_loop_stepped(loop, NGX_ERROR, c);
+        return;
+    }
+
+    json_decref(loop->messages);
+    loop->messages = kept;
+    loop->compactions++;
+
+    if (loop->compacted) {
+        json_object_set_new(loop->compacted, "messages_after",
+                            json_integer(json_array_size(kept)));
+        json_object_set_new(loop->compacted, "summary",
+                            json_stringn((char *) text.data, text.len));
+        json_object_set_new(loop->compacted, "prompt_tokens",
+                            json_integer(call->prompt_tokens));
+        json_object_set_new(loop->compacted, "completion_tokens",
+                            json_integer(call->completion_tokens));
+    }
+
+    rc = ngx_http_rlm_loop_iterate(loop);
+
+    ngx_http_rlm_loop_stepped(loop, rc, c);
 }
 
 
@@ -1376,6 +1516,15 @@ ngx_http_rlm_loop_record(ngx_http_rlm_loop_t *loop, ngx_str_t *final)
 
     json_object_set_new(loop->record, "usage",
                         ngx_http_rlm_loop_usage(loop->tree));
+
+    /* the prompt of this iteration was compacted before it was sent */
+
+    if (loop->compacted
+        && json_object_get(loop->compacted, "summary") != NULL)
+    {
+        json_object_set_new(loop->record, "compaction", loop->compacted);
+        loop->compacted = NULL;
+    }
 
     if (loop->trajectory) {
         (void) ngx_http_rlm_trajectory_iteration(loop->trajectory,

@@ -44,6 +44,7 @@ typedef struct {
     ngx_uint_t                  max_pending_calls; /* waiting, tree */
     ngx_uint_t                  max_children;      /* child loops, tree */
     ngx_uint_t                  sessions_share;    /* % of max_sessions */
+    ngx_uint_t                  compaction;        /* tokens, 0: off */
     ngx_flag_t                  final_markers;
     ngx_str_t                   system_prompt;
     ngx_str_t                   trajectory_dir;
@@ -63,6 +64,7 @@ struct ngx_http_rlm_tree_s {
     double                      cost;              /* of priced calls */
     double                      max_cost;          /* 0: no budget */
     json_t                     *sub_sampling;      /* for sub-calls */
+    ngx_uint_t                  compaction;        /* tokens, 0: off */
     json_t                     *state;             /* the shared dict */
     json_t                     *deleted;           /* keys removed: set */
     ngx_uint_t                  state_version;     /* bumped per change */
@@ -84,6 +86,7 @@ typedef enum {
     NGX_HTTP_RLM_LOOP_ROOT,        /* waiting for the root model */
     NGX_HTTP_RLM_LOOP_CELL,        /* a block runs */
     NGX_HTTP_RLM_LOOP_FINAL_VAR,   /* reading the FINAL_VAR variable */
+    NGX_HTTP_RLM_LOOP_COMPACT,     /* the history is being summarised */
     NGX_HTTP_RLM_LOOP_LAST,        /* the plain call after the last turn */
     NGX_HTTP_RLM_LOOP_HISTORY,     /* saving history_N */
     NGX_HTTP_RLM_LOOP_DONE
@@ -127,6 +130,7 @@ struct ngx_http_rlm_loop_s {
     u_char                     *error_message;
     ngx_uint_t                  iterations;
     ngx_uint_t                  cells;
+    ngx_uint_t                  compactions;
 
     /* private */
     ngx_http_rlm_loop_state_e   state;
@@ -143,6 +147,7 @@ struct ngx_http_rlm_loop_s {
     ngx_uint_t                  error_cells;
     ngx_str_t                   best;          /* best answer so far */
     const char                 *last_limit;    /* why the last plain call */
+    json_t                     *compacted;     /* for the next record */
     json_t                     *feedback;      /* outputs of this turn */
     json_t                     *record;        /* trajectory iteration */
     json_t                     *block_calls;   /* sub-calls of a block */
@@ -200,6 +205,10 @@ json_t *ngx_http_rlm_prompt_stopped(ngx_http_rlm_loop_t *loop,
 json_t *ngx_http_rlm_prompt_block_output(ngx_http_rlm_loop_t *loop,
     ngx_uint_t n, ngx_http_rlm_result_t *result);
 json_t *ngx_http_rlm_prompt_note(const char *text);
+json_t *ngx_http_rlm_prompt_compact(ngx_http_rlm_loop_t *loop, size_t from,
+    size_t to);
+json_t *ngx_http_rlm_prompt_summary(ngx_http_rlm_loop_t *loop,
+    ngx_str_t *text);
 
 
 #endif /* _NGX_HTTP_RLM_LOOP_H_INCLUDED_ */

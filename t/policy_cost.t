@@ -33,7 +33,9 @@ print $r <<'JSON';
 {"models": {
   "priced": {"provider": "mock", "root_model": "script:root",
              "max_cost": 0.5, "system_prompt": true},
-  "plain": {"provider": "mock", "root_model": "script:root"}
+  "plain": {"provider": "mock", "root_model": "script:root"},
+  "compact": {"provider": "mock", "root_model": "script:root",
+              "sub_model": "script:sub", "compaction_threshold": 100}
  },
  "prices": {"script:root": {"prompt": 1000, "completion": 2000},
             "script:sub": {"prompt": 0.00001, "completion": 0}}
@@ -194,3 +196,38 @@ GET /t
 200 from sub Answer in French. 0.5
 400 rlm.max_cost
 400 rlm.sub_sampling
+
+
+
+=== TEST 5: a route's compaction_threshold applies to its completions
+--- config
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            local big = { prompt_tokens = 150, completion_tokens = 10,
+                          total_tokens = 160 }
+            l.script("root", {
+                { content = "a\n" .. l.repl("x = 1"), usage = big },
+                { content = "b\n" .. l.repl("x = 2"), usage = big },
+                { content = l.repl("answer.update(content='ok', ready=True)"),
+                  usage = big },
+            })
+            l.script("sub", { { content = "x was set twice" } })
+            local function ask(model)
+                return l.complete({ model = model, context = "x",
+                    messages = { { role = "user", content = "go" } } },
+                    { Authorization = "Bearer sk-tenant-b-0002" })
+            end
+            local res = ask("compact")
+            ngx.say(res.status, " ", l.answer(res), " ",
+                    tostring(res.json.rlm.compactions))
+            res = ask("plain")
+            ngx.say(res.status, " ", l.answer(res), " ",
+                    tostring(res.json.rlm.compactions))
+        }
+    }
+--- request
+GET /t
+--- response_body
+200 ok 1
+200 ok nil

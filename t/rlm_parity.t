@@ -433,3 +433,74 @@ GET /t
 kept: True
 reset: False same id true turn 0
 400 reset
+
+
+
+=== TEST 13: compaction: past the threshold the sub model summarises older turns
+--- http_config
+    rlm_trajectory_dir $TEST_NGINX_SERVER_ROOT/traj_temp;
+--- config
+    location ~ ^/v1/sessions/[^/]+/trajectories(/.*)?$ { rlm_trajectories; }
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            local rlmt = require "rlmt"
+            local cjson = require "cjson"
+            local big = { prompt_tokens = 150, completion_tokens = 10,
+                          total_tokens = 160 }
+            l.script("root", {
+                { content = "first look\n" .. l.repl("x = 41", "print(x)"),
+                  usage = big },
+                { content = "second look\n" .. l.repl("print(x + 1)"),
+                  usage = big },
+                { content = l.repl("answer.update(content=str(x + 1),"
+                                   .. " ready=True)"), usage = big },
+            })
+            l.script("sub", { { content = "x is 41; x + 1 printed 42." } })
+            local res = l.complete(l.ask("go", { context = "abc",
+                rlm = { sub_model = "script:sub",
+                        compaction_threshold = 100 } }))
+            local j = res.json
+            ngx.say(res.status, " ", l.answer(res), " compactions ",
+                    j.rlm.compactions, " sub calls ",
+                    j.rlm.usage_by_model["script:sub"].calls)
+            local sub = l.requests("script:sub")[1].req.messages[1].content
+            -- the first response and its output; the last one is kept
+            ngx.say("summarised: ",
+                    sub:find("first look", 1, true) ~= nil, " ",
+                    sub:find("Output of block 1", 1, true) ~= nil, " ",
+                    sub:find("second look", 1, true) ~= nil)
+            local third = l.requests("script:root")[3].req.messages
+            ngx.say("third prompt: ", #third, " ", third[3].role, " ",
+                    third[3].content:find("x + 1 printed 42.", 1, true)
+                    ~= nil, " ", third[4].content:sub(1, 11))
+            local tr = rlmt.http("GET", "/v1/sessions/" .. j.rlm.session
+                                 .. "/trajectories/" .. j.id)
+            local lines = {}
+            for line in tr.body:gmatch("[^\n]+") do
+                lines[#lines + 1] = cjson.decode(line)
+            end
+            local c = lines[4].compaction
+            ngx.say("trajectory: ", lines[4].iteration, " ", c.messages_before,
+                    " -> ", c.messages_after, " ", c.summary)
+            -- off by default
+            l.script("root", {
+                { content = "a\n" .. l.repl("x = 1"), usage = big },
+                { content = "b\n" .. l.repl("x = 2"), usage = big },
+                { content = l.repl("answer.update(content='ok', ready=True)"),
+                  usage = big },
+            })
+            res = l.complete(l.ask("go", { context = "abc",
+                rlm = { sub_model = "script:sub" } }))
+            ngx.say(res.status, " ", tostring(res.json.rlm.compactions), " ",
+                    #l.requests("script:root")[6].req.messages)
+        }
+    }
+--- request
+GET /t
+--- response_body
+200 42 compactions 1 sub calls 1
+summarised: true true false
+third prompt: 5 user true second look
+trajectory: 3 6 -> 5 x is 41; x + 1 printed 42.
+200 nil 6

@@ -196,6 +196,7 @@ local function completions(c, tenant)
         given.max_depth = asked.max_depth
         given.timeout = asked.timeout
         given.max_cost = asked.max_cost
+        given.compaction_threshold = asked.compaction_threshold
         given.system_prompt = asked.system_prompt
         given.sub_sampling = asked.sub_sampling
     end

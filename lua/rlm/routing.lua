@@ -18,6 +18,7 @@
 --           "max_depth": 1,
 --           "timeout": 120,                   -- seconds
 --           "max_cost": 0.50,                 -- per completion, money
+--           "compaction_threshold": 60000,    -- tokens, 0 = never
 --           "system_prompt": true,            -- rlm.system_prompt allowed
 --           "owned_by": "openai",             -- for GET /v1/models
 --           "created": 1721172741 } },
@@ -49,7 +50,8 @@ local _M = {}
 
 -- max_depth may be 0 (no sub-calls); the others must be above 0
 local LIMITS = { max_iterations = "integer", max_depth = "count",
-                 timeout = "number", max_cost = "number" }
+                 timeout = "number", max_cost = "number",
+                 compaction_threshold = "count" }
 local STRINGS = { provider = true, root_model = true, sub_model = true,
                   owned_by = true }
 
@@ -321,6 +323,7 @@ function _M.resolve(conf, model, tenant, param)
         max_depth = r.max_depth,
         timeout = r.timeout,
         max_cost = r.max_cost,
+        compaction_threshold = r.compaction_threshold,
         system_prompt = r.system_prompt == true,
         prices = db.prices,
     }

@@ -57,6 +57,7 @@ local ROLES = { system = true, user = true, assistant = true, tool = true,
 local RLM_KEYS = { max_iterations = "integer", max_depth = "count",
                    timeout = "number", sub_model = "string",
                    max_cost = "number", system_prompt = "string",
+                   compaction_threshold = "count",
                    sub_sampling = "object" }
 
 -- top-level members the policy writes itself
@@ -548,8 +549,8 @@ function _M.validate(req)
             if want == nil then
                 return bad("unknown_parameter", "Unknown field in 'rlm':"
                            .. " use max_iterations, max_depth, timeout,"
-                           .. " sub_model, max_cost, system_prompt or"
-                           .. " sub_sampling.", p)
+                           .. " sub_model, max_cost, compaction_threshold,"
+                           .. " system_prompt or sub_sampling.", p)
             end
 
             if v ~= null then
@@ -597,7 +598,7 @@ function _M.clamp(route, asked, cost_left)
     asked = (type(asked) == "table") and asked or {}
 
     for _, k in ipairs({ "max_iterations", "max_depth", "timeout",
-                         "max_cost" }) do
+                         "max_cost", "compaction_threshold" }) do
         local v = asked[k]
         local cap = route[k]
         if v == nil or v == null then
@@ -641,7 +642,7 @@ end
 local function rlm_text(rlm)
     local parts = {}
     for _, k in ipairs({ "max_iterations", "max_depth", "timeout",
-                         "max_cost" }) do
+                         "max_cost", "compaction_threshold" }) do
         if rlm[k] ~= nil then
             parts[#parts + 1] = '"' .. k .. '":' .. number_text(rlm[k])
         end
