@@ -504,3 +504,37 @@ summarised: true true false
 third prompt: 5 user true second look
 trajectory: 3 6 -> 5 x is 41; x + 1 printed 42.
 200 nil 6
+
+
+
+=== TEST 14: a forged rlm_query call whose context is not a str, list or dict is a protocol error, nothing starts
+--- config
+    location = /t {
+        content_by_lua_block {
+            local l = require "loopt"
+            l.script("root", {
+                -- the runtime's own sender, with a context it never sends
+                { content = l.repl(
+                    "send = rlm_query.__globals__['_call']",
+                    "send('rlm_query', {'prompt': 'p', 'context': 5})") },
+                { content = l.repl("answer.update(content='survived',"
+                                   .. " ready=True)") },
+            })
+            local res = l.complete(l.ask("go", { context = "x",
+                                   rlm = { sub_model = "script:child" } }))
+            ngx.say(res.status, " ", l.answer(res))
+            local fed = l.last_message(l.requests("script:root")[2])
+            ngx.say(fed:match("Output of block 1 %((%a[%a_]*),"), " ",
+                    fed:find("context is not a string", 1, true) ~= nil)
+            ngx.say("child calls ", #l.requests("script:child"))
+        }
+    }
+--- request
+GET /t
+--- response_body
+200 survived
+sandbox_error true
+child calls 0
+--- no_error_log
+[alert]
+exited on signal
