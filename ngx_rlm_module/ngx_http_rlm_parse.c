@@ -140,17 +140,19 @@ ngx_http_rlm_parse_blocks(const unsigned char *text, size_t len,
  * The text of a response without its repl blocks: the fence lines and
  * the code between them are left out, an unterminated block runs to the
  * end.  Other fences stay.  Spaces and line breaks around what is left
- * are trimmed.  out has room for len bytes; returns the length written.
+ * are trimmed (not the first line's indentation).  out has room for len
+ * bytes; returns the length written.
  */
 
 size_t
 ngx_http_rlm_parse_prose(const unsigned char *text, size_t len,
     unsigned char *out)
 {
-    int                    in_repl, in_other;
-    unsigned char         *o;
-    const unsigned char   *p, *end, *eol, *line_end, *next, *s;
-    ngx_http_rlm_fence_e   fence;
+    int                       in_repl, in_other;
+    unsigned char            *o;
+    const unsigned char      *p, *end, *eol, *line_end, *next, *s;
+    ngx_http_rlm_fence_e      fence;
+    ngx_http_rlm_response_t   check;
 
     in_repl = 0;
     in_other = 0;
@@ -190,12 +192,24 @@ ngx_http_rlm_parse_prose(const unsigned char *text, size_t len,
         p = next;
     }
 
-    /* trim */
+    /*
+     * Trim: blank lines at the start (the first line keeps its own
+     * indentation, or a "\t```repl" line would become a fence), and
+     * spaces and line breaks at the end.
+     */
 
     s = out;
 
-    while (s < o && (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')) {
-        s++;
+    for (p = out; p < o && (*p == ' ' || *p == '\t' || *p == '\r'
+                            || *p == '\n'); p++)
+    {
+        if (*p == '\n') {
+            s = p + 1;
+        }
+    }
+
+    if (p == o) {
+        s = o;
     }
 
     while (o > s && (o[-1] == ' ' || o[-1] == '\t' || o[-1] == '\r'
@@ -206,6 +220,19 @@ ngx_http_rlm_parse_prose(const unsigned char *text, size_t len,
 
     if (s != out) {
         memmove(out, s, o - s);
+    }
+
+    /*
+     * Trimming may change how an edge line reads ("```repl\r\t" loses
+     * its tab, then its CR): what is left must not hold a repl block.
+     */
+
+    check.nblocks = 0;
+
+    if (ngx_http_rlm_parse_blocks(out, o - s, &check) || check.unterminated
+        || check.dropped)
+    {
+        return 0;
     }
 
     return o - s;
