@@ -30,6 +30,8 @@ typedef struct {
     ngx_http_complex_value_t   *sub_model;
     ngx_http_complex_value_t   *code_models;       /* models code may ask */
     ngx_http_complex_value_t   *owner_max;         /* tenant's quota */
+    ngx_http_complex_value_t   *prices;            /* "model p c ..." */
+    ngx_http_complex_value_t   *own_prompt;        /* rlm.system_prompt */
     ngx_str_t                   system_prompt_file;
     ngx_http_rlm_loop_conf_t    loop;
 } ngx_http_rlm_chat_loc_conf_t;
@@ -66,6 +68,10 @@ static ngx_str_t *ngx_http_rlm_chat_header(ngx_http_request_t *r,
     const char *name);
 static ngx_int_t ngx_http_rlm_chat_tree_policy(ngx_http_request_t *r,
     ngx_http_rlm_chat_t *chat);
+static ngx_int_t ngx_http_rlm_chat_rlm(ngx_http_request_t *r,
+    ngx_http_rlm_chat_t *chat, json_t *rlm);
+static ngx_int_t ngx_http_rlm_chat_sub_sampling(ngx_http_rlm_chat_t *chat,
+    json_t *v);
 
 
 static ngx_conf_num_bounds_t  ngx_http_rlm_chat_iterations_bounds = {
@@ -82,6 +88,10 @@ static ngx_conf_num_bounds_t  ngx_http_rlm_chat_positive_bounds = {
 
 static ngx_conf_num_bounds_t  ngx_http_rlm_chat_share_bounds = {
     ngx_http_rlm_check_bounds, 1, 100
+};
+
+static ngx_conf_num_bounds_t  ngx_http_rlm_chat_compaction_bounds = {
+    ngx_http_rlm_check_bounds, 0, 100000000
 };
 
 static ngx_conf_num_bounds_t  ngx_http_rlm_chat_output_bounds = {
@@ -203,6 +213,27 @@ static ngx_command_t  ngx_http_rlm_chat_commands[] = {
       offsetof(ngx_http_rlm_chat_loc_conf_t, owner_max),
       NULL },
 
+    { ngx_string("rlm_compaction_threshold"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, loop.compaction),
+      &ngx_http_rlm_chat_compaction_bounds },
+
+    { ngx_string("rlm_completion_prices"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, prices),
+      NULL },
+
+    { ngx_string("rlm_request_system_prompt"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rlm_chat_loc_conf_t, own_prompt),
+      NULL },
+
     { ngx_string("rlm_final_markers"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
       ngx_conf_set_flag_slot,
@@ -291,6 +322,7 @@ ngx_http_rlm_chat_create_loc_conf(ngx_conf_t *cf)
     conf->loop.max_children = NGX_CONF_UNSET_UINT;
     conf->loop.sessions_share = NGX_CONF_UNSET_UINT;
     conf->loop.final_markers = NGX_CONF_UNSET;
+    conf->loop.compaction = NGX_CONF_UNSET_UINT;
 
     return conf;
 }
@@ -330,6 +362,14 @@ ngx_http_rlm_chat_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->owner_max = prev->owner_max;
     }
 
+    if (conf->prices == NULL) {
+        conf->prices = prev->prices;
+    }
+
+    if (conf->own_prompt == NULL) {
+        conf->own_prompt = prev->own_prompt;
+    }
+
     ngx_conf_merge_uint_value(conf->loop.max_iterations,
                               prev->loop.max_iterations, 30);
     ngx_conf_merge_uint_value(conf->loop.max_depth, prev->loop.max_depth, 1);
@@ -351,6 +391,8 @@ ngx_http_rlm_chat_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               prev->loop.sessions_share, 25);
     ngx_conf_merge_value(conf->loop.final_markers, prev->loop.final_markers,
                          1);
+    ngx_conf_merge_uint_value(conf->loop.compaction, prev->loop.compaction,
+                              0);
     ngx_conf_merge_str_value(conf->loop.system_prompt,
                              prev->loop.system_prompt, "");
 
@@ -671,6 +713,7 @@ ngx_http_rlm_chat_parse(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat,
 {
     size_t                         i, last_user;
     json_t                        *messages, *m, *v, *rlm, *earlier;
+    ngx_int_t                      rc;
     ngx_str_t                      s, query;
     const char                    *role, **f;
     ngx_http_rlm_loop_t           *loop;
@@ -810,75 +853,28 @@ ngx_http_rlm_chat_parse(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat,
 
     loop->max_iterations = rclf->loop.max_iterations;
     loop->max_depth = rclf->loop.max_depth;
+    chat->tree.compaction = rclf->loop.compaction;
     chat->tree.deadline = ngx_current_msec + rclf->loop.timeout;
 
     rlm = json_object_get(req, "rlm");
 
     if (rlm && !json_is_null(rlm)) {
-        if (!json_is_object(rlm)) {
-            return ngx_http_rlm_chat_bad(chat, "invalid_type", "rlm",
-                                         "\"rlm\" must be an object");
-        }
-
-        v = json_object_get(rlm, "max_iterations");
-        if (v) {
-            if (!json_is_integer(v) || json_integer_value(v) < 1) {
-                return ngx_http_rlm_chat_bad(chat, "invalid_value",
-                                             "rlm.max_iterations",
-                                             "must be a positive integer");
-            }
-
-            if ((ngx_uint_t) json_integer_value(v) < loop->max_iterations) {
-                loop->max_iterations = json_integer_value(v);
-            }
-        }
-
-        v = json_object_get(rlm, "max_depth");
-        if (v) {
-            if (!json_is_integer(v) || json_integer_value(v) < 0) {
-                return ngx_http_rlm_chat_bad(chat, "invalid_value",
-                                             "rlm.max_depth",
-                                             "must be an integer >= 0");
-            }
-
-            if ((ngx_uint_t) json_integer_value(v) < loop->max_depth) {
-                loop->max_depth = json_integer_value(v);
-            }
-        }
-
-        v = json_object_get(rlm, "timeout");
-        if (v) {
-            if (!json_is_number(v) || json_number_value(v) <= 0) {
-                return ngx_http_rlm_chat_bad(chat, "invalid_value",
-                                             "rlm.timeout",
-                                             "must be a positive number of "
-                                             "seconds");
-            }
-
-            if (json_number_value(v) * 1000 < (double) rclf->loop.timeout) {
-                chat->tree.deadline = ngx_current_msec
-                    + (ngx_msec_t) (json_number_value(v) * 1000 + 1);
-            }
-        }
-
-        v = json_object_get(rlm, "sub_model");
-        if (v) {
-            if (!json_is_string(v) || json_string_length(v) == 0) {
-                return ngx_http_rlm_chat_bad(chat, "invalid_value",
-                                             "rlm.sub_model",
-                                             "must be a model name");
-            }
-
-            s.len = json_string_length(v);
-            s.data = ngx_pnalloc(r->pool, s.len + 1);
-            if (s.data == NULL) {
-                return NGX_HTTP_INTERNAL_SERVER_ERROR;
-            }
-
-            ngx_memcpy(s.data, json_string_value(v), s.len + 1);
-            loop->sub_model = s;
+        rc = ngx_http_rlm_chat_rlm(r, chat, rlm);
+        if (rc != NGX_OK) {
+            return rc;
         }
     }
+
+    /* "reset": true, as the X-RLM-Reset header */
+
+    v = json_object_get(req, "reset");
+
+    if (v && !json_is_boolean(v) && !json_is_null(v)) {
+        return ngx_http_rlm_chat_bad(chat, "invalid_type", "reset",
+                                     "\"reset\" must be a boolean");
+    }
+
+    chat->reset = json_is_true(v);
 
     /* the context: a "context" field, else the messages before the query */
 
@@ -1076,7 +1072,9 @@ ngx_http_rlm_chat_session(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat)
                            "no such session"));
         }
 
-        if (ngx_http_rlm_chat_header(r, "X-RLM-Reset") == NULL) {
+        if (!chat->reset
+            && ngx_http_rlm_chat_header(r, "X-RLM-Reset") == NULL)
+        {
             chat->loop.session = s;
             ngx_http_rlm_session_format_id(id, ctx->session_id);
             ctx->has_session = 1;
@@ -1250,8 +1248,13 @@ ngx_http_rlm_chat_run(ngx_http_rlm_chat_t *chat)
                          "session", loop->hex,
                          (size_t) NGX_HTTP_RLM_ID_HEX,
                          "created", (json_int_t) chat->created,
-                         "system_prompt", rclf->loop.system_prompt.data,
-                         rclf->loop.system_prompt.len);
+                         "system_prompt",
+                         loop->system_prompt.len
+                         ? loop->system_prompt.data
+                         : rclf->loop.system_prompt.data,
+                         loop->system_prompt.len
+                         ? loop->system_prompt.len
+                         : rclf->loop.system_prompt.len);
 
         if (meta) {
             loop->trajectory = ngx_http_rlm_trajectory_open(r->pool,
@@ -1299,6 +1302,8 @@ ngx_http_rlm_chat_cleanup(void *data)
     json_decref(chat->loop.context);
     ngx_http_rlm_state_release(&chat->tree);
     json_decref(chat->tree.models);
+    json_decref(chat->tree.sub_sampling);
+    chat->tree.sub_sampling = NULL;
     json_decref(chat->tree.state);
     json_decref(chat->tree.deleted);
     chat->loop.sampling = NULL;
@@ -1409,5 +1414,275 @@ ngx_http_rlm_chat_tree_policy(ngx_http_request_t *r,
         chat->tree.owner_max = (n > 0) ? (ngx_uint_t) n : 0;
     }
 
+    if (rclf->prices) {
+        if (ngx_http_complex_value(r, rclf->prices, &v) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        n = ngx_http_rlm_cost_prices(r->pool, &v, &chat->tree.prices);
+
+        if (n == NGX_DECLINED) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "rlm: rlm_completion_prices \"%V\" is not a list "
+                          "of \"model prompt completion\" prices", &v);
+        }
+
+        if (n != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
     return NGX_OK;
+}
+
+
+/*
+ * The request's "rlm" object: limits never above the location's, the
+ * sub model, a cost budget, a system prompt where the location allows
+ * one, sampling arguments for sub-calls.
+ */
+
+static ngx_int_t
+ngx_http_rlm_chat_rlm(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat,
+    json_t *rlm)
+{
+    json_t                        *v;
+    ngx_str_t                      s, allow;
+    ngx_http_rlm_loop_t           *loop;
+    ngx_http_rlm_chat_loc_conf_t  *rclf;
+
+    rclf = ngx_http_get_module_loc_conf(r, ngx_http_rlm_chat_module);
+    loop = &chat->loop;
+
+    if (!json_is_object(rlm)) {
+        return ngx_http_rlm_chat_bad(chat, "invalid_type", "rlm",
+                                     "\"rlm\" must be an object");
+    }
+
+    v = json_object_get(rlm, "max_iterations");
+    if (v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1) {
+            return ngx_http_rlm_chat_bad(chat, "invalid_value",
+                                         "rlm.max_iterations",
+                                         "must be a positive integer");
+        }
+
+        if ((ngx_uint_t) json_integer_value(v) < loop->max_iterations) {
+            loop->max_iterations = json_integer_value(v);
+        }
+    }
+
+    v = json_object_get(rlm, "max_depth");
+    if (v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0) {
+            return ngx_http_rlm_chat_bad(chat, "invalid_value",
+                                         "rlm.max_depth",
+                                         "must be an integer >= 0");
+        }
+
+        if ((ngx_uint_t) json_integer_value(v) < loop->max_depth) {
+            loop->max_depth = json_integer_value(v);
+        }
+    }
+
+    v = json_object_get(rlm, "timeout");
+    if (v) {
+        if (!json_is_number(v) || json_number_value(v) <= 0) {
+            return ngx_http_rlm_chat_bad(chat, "invalid_value",
+                                         "rlm.timeout",
+                                         "must be a positive number of "
+                                         "seconds");
+        }
+
+        if (json_number_value(v) * 1000 < (double) rclf->loop.timeout) {
+            chat->tree.deadline = ngx_current_msec
+                + (ngx_msec_t) (json_number_value(v) * 1000 + 1);
+        }
+    }
+
+    v = json_object_get(rlm, "sub_model");
+    if (v) {
+        if (!json_is_string(v) || json_string_length(v) == 0) {
+            return ngx_http_rlm_chat_bad(chat, "invalid_value",
+                                         "rlm.sub_model",
+                                         "must be a model name");
+        }
+
+        s.len = json_string_length(v);
+        s.data = ngx_pnalloc(r->pool, s.len + 1);
+        if (s.data == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_memcpy(s.data, json_string_value(v), s.len + 1);
+        loop->sub_model = s;
+    }
+
+    v = json_object_get(rlm, "compaction_threshold");
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0
+            || json_integer_value(v) > 100000000)
+        {
+            return ngx_http_rlm_chat_bad(chat, "invalid_value",
+                                         "rlm.compaction_threshold",
+                                         "must be a number of tokens, "
+                                         "0 for none");
+        }
+
+        chat->tree.compaction = json_integer_value(v);
+    }
+
+    v = json_object_get(rlm, "max_cost");
+    if (v && !json_is_null(v)) {
+        if (!json_is_number(v) || !(json_number_value(v) > 0)) {
+            return ngx_http_rlm_chat_bad(chat, "invalid_value",
+                                         "rlm.max_cost",
+                                         "must be a positive number");
+        }
+
+        chat->tree.max_cost = json_number_value(v);
+    }
+
+    v = json_object_get(rlm, "system_prompt");
+    if (v && !json_is_null(v)) {
+        ngx_str_null(&allow);
+
+        if (rclf->own_prompt
+            && ngx_http_complex_value(r, rclf->own_prompt, &allow) != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (!((allow.len == 2 && ngx_strncmp(allow.data, "on", 2) == 0)
+              || (allow.len == 1 && allow.data[0] == '1')))
+        {
+            return ngx_http_rlm_chat_bad(chat, "invalid_value",
+                                         "rlm.system_prompt",
+                                         "this model does not take a "
+                                         "system prompt from the request");
+        }
+
+        if (!json_is_string(v) || json_string_length(v) == 0
+            || json_string_length(v) > 1024 * 1024)
+        {
+            return ngx_http_rlm_chat_bad(chat, "invalid_value",
+                                         "rlm.system_prompt",
+                                         "must be a non-empty string of at "
+                                         "most 1 MiB");
+        }
+
+        s.len = json_string_length(v);
+        s.data = ngx_pnalloc(r->pool, s.len + 1);
+        if (s.data == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_memcpy(s.data, json_string_value(v), s.len + 1);
+        loop->system_prompt = s;
+    }
+
+    v = json_object_get(rlm, "sub_sampling");
+    if (v && !json_is_null(v)) {
+        return ngx_http_rlm_chat_sub_sampling(chat, v);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * rlm.sub_sampling: what llm_query calls and the root calls of child
+ * RLMs send to the provider, checked as OpenAI checks them.
+ */
+
+static ngx_int_t
+ngx_http_rlm_chat_sub_sampling(ngx_http_rlm_chat_t *chat, json_t *v)
+{
+    size_t       i;
+    double       d;
+    json_t      *f, *s;
+    const char  *k;
+
+    if (!json_is_object(v)) {
+        return ngx_http_rlm_chat_bad(chat, "invalid_type",
+                                     "rlm.sub_sampling",
+                                     "must be an object");
+    }
+
+    json_object_foreach(v, k, f) {
+        d = json_number_value(f);
+
+        if (ngx_strcmp(k, "temperature") == 0) {
+            if (!json_is_number(f) || !(d >= 0 && d <= 2)) {
+                goto bad;
+            }
+
+        } else if (ngx_strcmp(k, "top_p") == 0) {
+            if (!json_is_number(f) || !(d >= 0 && d <= 1)) {
+                goto bad;
+            }
+
+        } else if (ngx_strcmp(k, "presence_penalty") == 0
+                   || ngx_strcmp(k, "frequency_penalty") == 0)
+        {
+            if (!json_is_number(f) || !(d >= -2 && d <= 2)) {
+                goto bad;
+            }
+
+        } else if (ngx_strcmp(k, "max_tokens") == 0) {
+            if (!json_is_integer(f) || json_integer_value(f) < 1) {
+                goto bad;
+            }
+
+        } else if (ngx_strcmp(k, "seed") == 0) {
+            if (!json_is_integer(f)) {
+                goto bad;
+            }
+
+        } else if (ngx_strcmp(k, "stop") == 0) {
+            if (json_is_array(f)) {
+                if (json_array_size(f) > 4) {
+                    goto bad;
+                }
+
+                json_array_foreach(f, i, s) {
+                    if (!json_is_string(s)) {
+                        goto bad;
+                    }
+                }
+
+            } else if (!json_is_string(f)) {
+                goto bad;
+            }
+
+        } else if (ngx_strcmp(k, "reasoning_effort") == 0) {
+            if (!json_is_string(f)) {
+                goto bad;
+            }
+
+        } else {
+            return ngx_http_rlm_chat_bad(chat, "invalid_value",
+                                         "rlm.sub_sampling",
+                                         "takes temperature, top_p, "
+                                         "max_tokens, seed, stop, "
+                                         "presence_penalty, "
+                                         "frequency_penalty and "
+                                         "reasoning_effort");
+        }
+    }
+
+    chat->tree.sub_sampling = json_deep_copy(v);
+    if (chat->tree.sub_sampling == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return NGX_OK;
+
+bad:
+
+    return ngx_http_rlm_chat_bad(chat, "invalid_value", "rlm.sub_sampling",
+                                 "temperature 0-2, top_p 0-1, penalties "
+                                 "-2 to 2, max_tokens a positive integer, "
+                                 "seed an integer, stop a string or up to "
+                                 "4 strings");
 }

@@ -32,6 +32,7 @@ typedef struct {
     ngx_int_t                   rc;             /* of an error answer */
     unsigned                    stream:1;
     unsigned                    include_usage:1;
+    unsigned                    reset:1;        /* "reset": true */
     unsigned                    header_sent:1;
 } ngx_http_rlm_chat_t;
 

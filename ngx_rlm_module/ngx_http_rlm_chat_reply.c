@@ -38,6 +38,7 @@ ngx_http_rlm_chat_done(ngx_http_rlm_loop_t *loop)
         ctx->has_completion = 1;
         ctx->iterations = loop->iterations;
         ctx->tokens = chat->tree.prompt_tokens + chat->tree.completion_tokens;
+        ctx->cost = chat->tree.cost;
     }
 
     if (loop->error_status == 0) {
@@ -191,6 +192,15 @@ ngx_http_rlm_chat_extension(ngx_http_rlm_chat_t *chat)
 
     if (o && loop->limit == NULL) {
         json_object_set_new(o, "limit", json_null());
+    }
+
+    if (o && loop->compactions) {
+        json_object_set_new(o, "compactions",
+                            json_integer(loop->compactions));
+    }
+
+    if (o && chat->tree.prices) {
+        json_object_set_new(o, "cost", json_real(chat->tree.cost));
     }
 
     return o ? o : json_null();

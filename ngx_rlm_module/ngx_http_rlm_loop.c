@@ -49,6 +49,12 @@ static ngx_int_t ngx_http_rlm_loop_lost(ngx_http_rlm_loop_t *loop,
 static ngx_int_t ngx_http_rlm_loop_next_turn(ngx_http_rlm_loop_t *loop);
 static void ngx_http_rlm_loop_new_record(ngx_http_rlm_loop_t *loop,
     ngx_str_t *response);
+static ngx_int_t ngx_http_rlm_loop_compact(ngx_http_rlm_loop_t *loop);
+static void ngx_http_rlm_loop_compacted(ngx_http_rlm_llm_call_t *call);
+static ngx_int_t ngx_http_rlm_loop_stop(ngx_http_rlm_loop_t *loop,
+    const char *limit, const char *why);
+static ngx_int_t ngx_http_rlm_loop_best(ngx_http_rlm_loop_t *loop,
+    ngx_str_t *text, ngx_http_rlm_response_t *parsed);
 static void ngx_http_rlm_loop_record(ngx_http_rlm_loop_t *loop,
     ngx_str_t *final);
 static void ngx_http_rlm_loop_count_models(ngx_http_rlm_loop_t *loop,
@@ -232,7 +238,9 @@ ngx_http_rlm_loop_cleanup(void *data)
     json_decref(loop->context);
     json_decref(loop->history);
     json_decref(loop->sampling);
+    json_decref(loop->compacted);
 
+    loop->compacted = NULL;
     loop->messages = NULL;
     loop->feedback = NULL;
     loop->record = NULL;
@@ -552,10 +560,12 @@ ngx_http_rlm_loop_prepare(ngx_http_rlm_loop_t *loop)
 
     /* the first turn */
 
+    body = loop->system_prompt.len ? &loop->system_prompt
+                                    : &loop->conf->system_prompt;
+
     if (json_array_append_new(loop->messages,
             json_pack("{s:s, s:s%}", "role", "system", "content",
-                      loop->conf->system_prompt.data,
-                      loop->conf->system_prompt.len))
+                      body->data, body->len))
         != 0
         || json_array_append_new(loop->messages,
                                  ngx_http_rlm_prompt_first(loop))
@@ -826,6 +836,19 @@ ngx_http_rlm_loop_root_done(ngx_http_rlm_llm_call_t *call)
         if (ngx_http_rlm_loop_remaining(loop) == 0) {
             rc = ngx_http_rlm_loop_finish(loop, &loop->best, "timeout");
 
+        } else if (loop->state == NGX_HTTP_RLM_LOOP_LAST
+                   && loop->last_limit)
+        {
+            /* a limit had stopped the loop: it still answers */
+
+            ngx_log_error(NGX_LOG_ERR, loop->log, 0,
+                          "rlm: the last plain call failed: %s: %V",
+                          ngx_http_rlm_llm_error_name(call->error),
+                          &call->message);
+
+            rc = ngx_http_rlm_loop_finish(loop, &loop->best,
+                                          loop->last_limit);
+
         } else {
             status = (call->error == NGX_HTTP_RLM_LLM_ERR_TIMEOUT)
                      ? NGX_HTTP_GATEWAY_TIME_OUT : NGX_HTTP_BAD_GATEWAY;
@@ -847,8 +870,22 @@ ngx_http_rlm_loop_root_done(ngx_http_rlm_llm_call_t *call)
         /* the plain call is one more line of the trajectory */
         ngx_http_rlm_loop_new_record(loop, &call->content);
 
-        rc = ngx_http_rlm_loop_finish(loop, &call->content,
-                                      "max_iterations");
+        /* code in the plain call's answer is not an answer */
+
+        ngx_http_rlm_parse_response(call->content.data, call->content.len,
+                                    &loop->parsed);
+
+        if (ngx_http_rlm_loop_best(loop, &call->content, &loop->parsed)
+            != NGX_OK)
+        {
+            rc = NGX_ERROR;
+
+        } else {
+            rc = ngx_http_rlm_loop_finish(loop, &loop->best,
+                                          loop->last_limit
+                                          ? loop->last_limit
+                                          : "max_iterations");
+        }
 
     } else {
         rc = ngx_http_rlm_loop_response(loop);
@@ -890,7 +927,14 @@ ngx_http_rlm_loop_response(ngx_http_rlm_loop_t *loop)
         return NGX_ERROR;
     }
 
-    loop->best = loop->response;
+    ngx_http_rlm_parse_response(loop->response.data, loop->response.len,
+                                &loop->parsed);
+
+    if (ngx_http_rlm_loop_best(loop, &loop->response, &loop->parsed)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
 
     if (loop->tree->max_tokens
         && loop->tree->completion_tokens >= loop->tree->max_tokens)
@@ -898,8 +942,11 @@ ngx_http_rlm_loop_response(ngx_http_rlm_loop_t *loop)
         return ngx_http_rlm_loop_finish(loop, &loop->best, "max_tokens");
     }
 
-    ngx_http_rlm_parse_response(loop->response.data, loop->response.len,
-                                &loop->parsed);
+    if (loop->tree->max_cost > 0
+        && loop->tree->cost >= loop->tree->max_cost)
+    {
+        return ngx_http_rlm_loop_finish(loop, &loop->best, "max_cost");
+    }
 
     json_array_clear(loop->feedback);
 
@@ -1143,7 +1190,9 @@ ngx_http_rlm_loop_block_done(ngx_http_rlm_loop_t *loop)
     ngx_http_rlm_result_free(&res);
 
     if (loop->error_cells >= loop->conf->max_error_cells) {
-        return ngx_http_rlm_loop_finish(loop, &loop->best, "max_error_cells");
+        return ngx_http_rlm_loop_stop(loop, "max_error_cells",
+                                      "Too many blocks in a row failed, so "
+                                      "the loop stopped.");
     }
 
     if (ngx_http_rlm_loop_remaining(loop) == 0) {
@@ -1280,6 +1329,15 @@ ngx_http_rlm_loop_next_turn(ngx_http_rlm_loop_t *loop)
         return NGX_ERROR;
     }
 
+    if (loop->tree->compaction
+        && loop->call.prompt_tokens + loop->call.completion_tokens
+           >= loop->tree->compaction
+        && loop->iterations < loop->max_iterations
+        && json_array_size(loop->messages) >= 6)
+    {
+        return ngx_http_rlm_loop_compact(loop);
+    }
+
     return ngx_http_rlm_loop_iterate(loop);
 }
 
@@ -1320,6 +1378,204 @@ ngx_http_rlm_loop_new_record(ngx_http_rlm_loop_t *loop, ngx_str_t *response)
 }
 
 
+/*
+ * The root's last call passed the compaction threshold (tokens of its
+ * prompt and answer): the sub model summarises the history between the
+ * first user message and the last response, and the summary stands in
+ * for it.  A failed summary leaves the history as it was.
+ */
+
+static ngx_int_t
+ngx_http_rlm_loop_compact(ngx_http_rlm_loop_t *loop)
+{
+    json_t     *req;
+    ngx_int_t   rc;
+
+    req = json_pack("{s:o}", "messages",
+                    ngx_http_rlm_prompt_compact(loop, 2,
+                        json_array_size(loop->messages) - 2));
+    if (req == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (loop->sub_model.len) {
+        json_object_set_new(req, "model",
+                            json_stringn((char *) loop->sub_model.data,
+                                         loop->sub_model.len));
+    }
+
+    loop->state = NGX_HTTP_RLM_LOOP_COMPACT;
+    loop->call_running = 1;
+
+    if (loop->progress) {
+        loop->progress(loop, "compaction");
+    }
+
+    json_decref(loop->compacted);
+    loop->compacted = json_pack("{s:I, s:I}",
+                                "tokens_before",
+                                (json_int_t) (loop->call.prompt_tokens
+                                              + loop->call.completion_tokens),
+                                "messages_before",
+                                (json_int_t) json_array_size(loop->messages));
+
+    rc = ngx_http_rlm_loop_start_call(loop, &loop->call, req,
+                                      ngx_http_rlm_loop_compacted, loop);
+    json_decref(req);
+
+    if (rc != NGX_OK) {
+        loop->call_running = 0;
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_rlm_loop_compacted(ngx_http_rlm_llm_call_t *call)
+{
+    size_t                n;
+    json_t               *kept, *summary;
+    ngx_int_t             rc;
+    ngx_str_t             text;
+    ngx_connection_t     *c;
+    ngx_http_rlm_loop_t  *loop = call->data;
+
+    loop->call_running = 0;
+    c = loop->request->connection;
+
+    ngx_http_rlm_enter_handler();
+
+    ngx_http_rlm_loop_count(loop, call);
+
+    n = json_array_size(loop->messages);
+    text = call->content;
+
+    if (call->error != NGX_HTTP_RLM_LLM_OK || text.len == 0) {
+        ngx_log_error(NGX_LOG_WARN, loop->log, 0,
+                      "rlm: compaction failed, the history stays: %s",
+                      ngx_http_rlm_llm_error_name(call->error));
+
+        json_decref(loop->compacted);
+        loop->compacted = NULL;
+
+        rc = ngx_http_rlm_loop_iterate(loop);
+        ngx_http_rlm_loop_stepped(loop, rc, c);
+        return;
+    }
+
+    /* system, first user message, summary, last response, this turn */
+
+    summary = ngx_http_rlm_prompt_summary(loop, &text);
+    kept = json_array();
+
+    if (summary == NULL || kept == NULL
+        || json_array_append(kept, json_array_get(loop->messages, 0)) != 0
+        || json_array_append(kept, json_array_get(loop->messages, 1)) != 0
+        || json_array_append_new(kept, summary) != 0
+        || json_array_append(kept, json_array_get(loop->messages, n - 2))
+           != 0
+        || json_array_append(kept, json_array_get(loop->messages, n - 1))
+           != 0)
+    {
+        json_decref(kept);
+        ngx_http_rlm_loop_stepped(loop, NGX_ERROR, c);
+        return;
+    }
+
+    json_decref(loop->messages);
+    loop->messages = kept;
+    loop->compactions++;
+
+    if (loop->compacted) {
+        json_object_set_new(loop->compacted, "messages_after",
+                            json_integer(json_array_size(kept)));
+        json_object_set_new(loop->compacted, "summary",
+                            json_stringn((char *) text.data, text.len));
+        json_object_set_new(loop->compacted, "prompt_tokens",
+                            json_integer(call->prompt_tokens));
+        json_object_set_new(loop->compacted, "completion_tokens",
+                            json_integer(call->completion_tokens));
+    }
+
+    rc = ngx_http_rlm_loop_iterate(loop);
+
+    ngx_http_rlm_loop_stepped(loop, rc, c);
+}
+
+
+/*
+ * A limit stopped the loop while there is time left: the turn is
+ * recorded and one last plain call asks for the answer, as after the
+ * last turn; its text (never its code) is the answer.
+ */
+
+static ngx_int_t
+ngx_http_rlm_loop_stop(ngx_http_rlm_loop_t *loop, const char *limit,
+    const char *why)
+{
+    ngx_http_rlm_loop_record(loop, NULL);
+
+    if (json_array_append_new(loop->messages,
+                              ngx_http_rlm_prompt_stopped(loop,
+                                                          loop->feedback,
+                                                          why))
+        != 0)
+    {
+        return NGX_ERROR;
+    }
+
+    loop->last_limit = limit;
+    loop->state = NGX_HTTP_RLM_LOOP_LAST;
+
+    if (loop->progress) {
+        loop->progress(loop, "last call");
+    }
+
+    loop->iteration_start = ngx_current_msec;
+
+    return ngx_http_rlm_loop_root_call(loop);
+}
+
+
+/*
+ * The best answer so far after a response: all of it when it has no
+ * repl block, else its text outside the blocks if there is any; a reply
+ * that is only code leaves the best answer as it was.
+ */
+
+static ngx_int_t
+ngx_http_rlm_loop_best(ngx_http_rlm_loop_t *loop, ngx_str_t *text,
+    ngx_http_rlm_response_t *parsed)
+{
+    u_char  *p;
+    size_t   len;
+
+    if (parsed->nblocks == 0 && parsed->dropped == 0
+        && !parsed->unterminated)
+    {
+        loop->best = *text;
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(loop->pool, text->len + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    len = ngx_http_rlm_parse_prose(text->data, text->len, p);
+
+    if (len) {
+        p[len] = '\0';
+        loop->best.data = p;
+        loop->best.len = len;
+    }
+
+    return NGX_OK;
+}
+
+
 /* the trajectory line of the turn that just ended, with its answer */
 
 static void
@@ -1337,6 +1593,15 @@ ngx_http_rlm_loop_record(ngx_http_rlm_loop_t *loop, ngx_str_t *final)
                         final ? json_stringn((char *) final->data,
                                              final->len)
                               : json_null());
+
+    /* the prompt of this iteration was compacted before it was sent */
+
+    if (loop->compacted
+        && json_object_get(loop->compacted, "summary") != NULL)
+    {
+        json_object_set_new(loop->record, "compaction", loop->compacted);
+        loop->compacted = NULL;
+    }
 
     if (loop->trajectory) {
         (void) ngx_http_rlm_trajectory_iteration(loop->trajectory,
@@ -1469,24 +1734,32 @@ void
 ngx_http_rlm_loop_count(ngx_http_rlm_loop_t *loop,
     ngx_http_rlm_llm_call_t *call)
 {
-    json_t               *row;
-    ngx_str_t            *model;
-    ngx_http_rlm_tree_t  *tree;
-    char                  key[256];
+    double                 cost;
+    json_t                *row;
+    uint64_t               pt, ct;
+    ngx_str_t             *model;
+    ngx_http_rlm_tree_t   *tree;
+    ngx_http_rlm_price_t  *price;
+    char                   key[256];
 
     tree = loop->tree;
     tree->calls++;
 
     ngx_http_rlm_loop_count_models(loop, call);
 
-    if (!call->has_usage) {
-        return;
-    }
+    /* a call without usage counts in its model's row, with no tokens */
 
-    tree->prompt_tokens += call->prompt_tokens;
-    tree->completion_tokens += call->completion_tokens;
+    pt = call->has_usage ? call->prompt_tokens : 0;
+    ct = call->has_usage ? call->completion_tokens : 0;
+
+    tree->prompt_tokens += pt;
+    tree->completion_tokens += ct;
 
     model = call->model.len ? &call->model : &call->provider->model;
+
+    price = ngx_http_rlm_cost_price(tree->prices, model);
+    cost = ngx_http_rlm_cost_of(price, pt, ct);
+    tree->cost += cost;
 
     ngx_snprintf((u_char *) key, sizeof(key) - 1, "%*s%Z",
                  ngx_min(model->len, sizeof(key) - 2), model->data);
@@ -1502,6 +1775,16 @@ ngx_http_rlm_loop_count(ngx_http_rlm_loop_t *loop,
         {
             return;
         }
+
+        if (tree->prices) {
+            json_object_set_new(row, "cost", json_real(0));
+        }
+    }
+
+    if (tree->prices) {
+        json_object_set_new(row, "cost",
+            json_real(json_real_value(json_object_get(row, "cost"))
+                      + cost));
     }
 
 #define ngx_http_rlm_loop_add(field, n)                                       \
@@ -1510,10 +1793,9 @@ ngx_http_rlm_loop_count(ngx_http_rlm_loop_t *loop,
                      + (json_int_t) (n)))
 
     ngx_http_rlm_loop_add("calls", 1);
-    ngx_http_rlm_loop_add("prompt_tokens", call->prompt_tokens);
-    ngx_http_rlm_loop_add("completion_tokens", call->completion_tokens);
-    ngx_http_rlm_loop_add("total_tokens",
-                          call->prompt_tokens + call->completion_tokens);
+    ngx_http_rlm_loop_add("prompt_tokens", pt);
+    ngx_http_rlm_loop_add("completion_tokens", ct);
+    ngx_http_rlm_loop_add("total_tokens", pt + ct);
 
 #undef ngx_http_rlm_loop_add
 }
@@ -1582,17 +1864,25 @@ ngx_http_rlm_loop_count_models(ngx_http_rlm_loop_t *loop,
     }
 }
 
+/* usage: the tokens, and the cost when prices are configured */
 
 json_t *
 ngx_http_rlm_loop_usage(ngx_http_rlm_tree_t *tree)
 {
-    return json_pack("{s:I, s:I, s:I}",
-                     "prompt_tokens", (json_int_t) tree->prompt_tokens,
-                     "completion_tokens",
-                     (json_int_t) tree->completion_tokens,
-                     "total_tokens",
-                     (json_int_t) (tree->prompt_tokens
-                                   + tree->completion_tokens));
+    json_t  *u;
+
+    u = json_pack("{s:I, s:I, s:I}",
+                  "prompt_tokens", (json_int_t) tree->prompt_tokens,
+                  "completion_tokens", (json_int_t) tree->completion_tokens,
+                  "total_tokens",
+                  (json_int_t) (tree->prompt_tokens
+                                + tree->completion_tokens));
+
+    if (u && tree->prices) {
+        json_object_set_new(u, "cost", json_real(tree->cost));
+    }
+
+    return u;
 }
 
 

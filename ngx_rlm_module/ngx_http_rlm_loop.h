@@ -21,6 +21,7 @@
 #include "ngx_http_rlm_llm.h"
 #include "ngx_http_rlm_parse.h"
 #include "ngx_http_rlm_jsonstr.h"
+#include "ngx_http_rlm_cost.h"
 
 
 typedef struct ngx_http_rlm_loop_s  ngx_http_rlm_loop_t;
@@ -43,6 +44,7 @@ typedef struct {
     ngx_uint_t                  max_pending_calls; /* waiting, tree */
     ngx_uint_t                  max_children;      /* child loops, tree */
     ngx_uint_t                  sessions_share;    /* % of max_sessions */
+    ngx_uint_t                  compaction;        /* tokens, 0: off */
     ngx_flag_t                  final_markers;
     ngx_str_t                   system_prompt;
     ngx_str_t                   trajectory_dir;
@@ -58,6 +60,11 @@ struct ngx_http_rlm_tree_s {
     uint64_t                    completion_tokens;
     ngx_uint_t                  calls;
     json_t                     *models;            /* per-model usage */
+    ngx_array_t                *prices;            /* of _price_t, or NULL */
+    double                      cost;              /* of priced calls */
+    double                      max_cost;          /* 0: no budget */
+    json_t                     *sub_sampling;      /* for sub-calls */
+    ngx_uint_t                  compaction;        /* tokens, 0: off */
     json_t                     *state;             /* the shared dict */
     json_t                     *deleted;           /* keys removed: set */
     ngx_uint_t                  state_version;     /* bumped per change */
@@ -79,6 +86,7 @@ typedef enum {
     NGX_HTTP_RLM_LOOP_ROOT,        /* waiting for the root model */
     NGX_HTTP_RLM_LOOP_CELL,        /* a block runs */
     NGX_HTTP_RLM_LOOP_FINAL_VAR,   /* reading the FINAL_VAR variable */
+    NGX_HTTP_RLM_LOOP_COMPACT,     /* the history is being summarised */
     NGX_HTTP_RLM_LOOP_LAST,        /* the plain call after the last turn */
     NGX_HTTP_RLM_LOOP_HISTORY,     /* saving history_N */
     NGX_HTTP_RLM_LOOP_DONE
@@ -95,6 +103,7 @@ struct ngx_http_rlm_loop_s {
     ngx_str_t                   root_model;
     ngx_str_t                   sub_model;
     json_t                     *sampling;      /* copied into root calls */
+    ngx_str_t                   system_prompt; /* empty: the location's */
     ngx_uint_t                  depth;
     ngx_uint_t                  max_iterations;
     ngx_uint_t                  max_depth;
@@ -121,6 +130,7 @@ struct ngx_http_rlm_loop_s {
     u_char                     *error_message;
     ngx_uint_t                  iterations;
     ngx_uint_t                  cells;
+    ngx_uint_t                  compactions;
 
     /* private */
     ngx_http_rlm_loop_state_e   state;
@@ -136,6 +146,8 @@ struct ngx_http_rlm_loop_s {
     ngx_uint_t                  block;
     ngx_uint_t                  error_cells;
     ngx_str_t                   best;          /* best answer so far */
+    const char                 *last_limit;    /* why the last plain call */
+    json_t                     *compacted;     /* for the next record */
     json_t                     *feedback;      /* outputs of this turn */
     json_t                     *record;        /* trajectory iteration */
     json_t                     *block_calls;   /* sub-calls of a block */
@@ -190,9 +202,15 @@ json_t *ngx_http_rlm_prompt_first(ngx_http_rlm_loop_t *loop);
 json_t *ngx_http_rlm_prompt_turn(ngx_http_rlm_loop_t *loop,
     json_t *feedback);
 json_t *ngx_http_rlm_prompt_last(ngx_http_rlm_loop_t *loop);
+json_t *ngx_http_rlm_prompt_stopped(ngx_http_rlm_loop_t *loop,
+    json_t *feedback, const char *why);
 json_t *ngx_http_rlm_prompt_block_output(ngx_http_rlm_loop_t *loop,
     ngx_uint_t n, ngx_http_rlm_result_t *result);
 json_t *ngx_http_rlm_prompt_note(const char *text);
+json_t *ngx_http_rlm_prompt_compact(ngx_http_rlm_loop_t *loop, size_t from,
+    size_t to);
+json_t *ngx_http_rlm_prompt_summary(ngx_http_rlm_loop_t *loop,
+    ngx_str_t *text);
 
 
 #endif /* _NGX_HTTP_RLM_LOOP_H_INCLUDED_ */

@@ -245,6 +245,7 @@ typedef struct {
     ngx_uint_t                  sandbox_us;        /* a completion: sum */
     ngx_uint_t                  iterations;        /* of a completion */
     uint64_t                    tokens;
+    double                      cost;              /* of a completion */
     unsigned                    has_session:1;
     unsigned                    has_sandbox_time:1;
     unsigned                    has_completion:1;

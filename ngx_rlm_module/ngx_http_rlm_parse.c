@@ -136,6 +136,109 @@ ngx_http_rlm_parse_blocks(const unsigned char *text, size_t len,
 }
 
 
+/*
+ * The text of a response without its repl blocks: the fence lines and
+ * the code between them are left out, an unterminated block runs to the
+ * end.  Other fences stay.  Spaces and line breaks around what is left
+ * are trimmed (not the first line's indentation).  out has room for len
+ * bytes; returns the length written.
+ */
+
+size_t
+ngx_http_rlm_parse_prose(const unsigned char *text, size_t len,
+    unsigned char *out)
+{
+    int                       in_repl, in_other;
+    unsigned char            *o;
+    const unsigned char      *p, *end, *eol, *line_end, *next, *s;
+    ngx_http_rlm_fence_e      fence;
+    ngx_http_rlm_response_t   check;
+
+    in_repl = 0;
+    in_other = 0;
+    o = out;
+    p = text;
+    end = text + len;
+
+    while (p < end) {
+        eol = memchr(p, '\n', end - p);
+        next = (eol == NULL) ? end : eol + 1;
+        line_end = (eol == NULL) ? end : eol;
+
+        if (line_end > p && line_end[-1] == '\r') {
+            line_end--;
+        }
+
+        fence = ngx_http_rlm_fence(p, line_end);
+
+        if (in_repl) {
+            in_repl = (fence != NGX_HTTP_RLM_FENCE_CLOSE);
+
+        } else if (!in_other && fence == NGX_HTTP_RLM_FENCE_REPL) {
+            in_repl = 1;
+
+        } else {
+            if (in_other) {
+                in_other = (fence != NGX_HTTP_RLM_FENCE_CLOSE);
+
+            } else if (fence != NGX_HTTP_RLM_FENCE_NONE) {
+                in_other = 1;
+            }
+
+            memcpy(o, p, next - p);
+            o += next - p;
+        }
+
+        p = next;
+    }
+
+    /*
+     * Trim: blank lines at the start (the first line keeps its own
+     * indentation, or a "\t```repl" line would become a fence), and
+     * spaces and line breaks at the end.
+     */
+
+    s = out;
+
+    for (p = out; p < o && (*p == ' ' || *p == '\t' || *p == '\r'
+                            || *p == '\n'); p++)
+    {
+        if (*p == '\n') {
+            s = p + 1;
+        }
+    }
+
+    if (p == o) {
+        s = o;
+    }
+
+    while (o > s && (o[-1] == ' ' || o[-1] == '\t' || o[-1] == '\r'
+                     || o[-1] == '\n'))
+    {
+        o--;
+    }
+
+    if (s != out) {
+        memmove(out, s, o - s);
+    }
+
+    /*
+     * Trimming may change how an edge line reads ("```repl\r\t" loses
+     * its tab, then its CR): what is left must not hold a repl block.
+     */
+
+    check.nblocks = 0;
+
+    if (ngx_http_rlm_parse_blocks(out, o - s, &check) || check.unterminated
+        || check.dropped)
+    {
+        return 0;
+    }
+
+    return o - s;
+}
+
+
 static ngx_http_rlm_fence_e
 ngx_http_rlm_fence(const unsigned char *p, const unsigned char *end)
 {

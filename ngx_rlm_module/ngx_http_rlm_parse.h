@@ -68,6 +68,8 @@ void ngx_http_rlm_parse_response(const unsigned char *text, size_t len,
 
 size_t ngx_http_rlm_parse_blocks(const unsigned char *text, size_t len,
     ngx_http_rlm_response_t *res);
+size_t ngx_http_rlm_parse_prose(const unsigned char *text, size_t len,
+    unsigned char *out);
 ngx_http_rlm_final_e ngx_http_rlm_parse_final(const unsigned char *text,
     size_t len, ngx_http_rlm_slice_t *value);
 

@@ -30,8 +30,9 @@ ngx_str_t  ngx_http_rlm_default_system_prompt = ngx_string(
 "context with a precise question.\n"
 "- llm_query_batched(prompts, model=None) -> list[str]: many prompts at "
 "once, answers in the same order; much faster than a loop of llm_query.\n"
-"- rlm_query(prompt) -> str: hand a sub-problem to a recursive copy of "
-"yourself with its own interpreter, whose context is `prompt`.\n"
+"- rlm_query(prompt, context=None) -> str: hand a sub-problem to a "
+"recursive copy of yourself with its own interpreter, whose context is "
+"`context` (a str, list or dict), else `prompt`.\n"
 "- SHOW_VARS(): list the variables you have made.\n"
 "- `state`: a dict shared with the recursive copies you start.\n"
 "\n"
@@ -177,6 +178,126 @@ ngx_http_rlm_prompt_last(ngx_http_rlm_loop_t *loop)
                                     "code will run. Reply now with your "
                                     "best final answer to the query, as "
                                     "plain text, without code.");
+}
+
+
+/*
+ * Compaction: the request that summarises messages [from, to) of the
+ * loop's history, and the message that stands in for them after.
+ */
+
+json_t *
+ngx_http_rlm_prompt_compact(ngx_http_rlm_loop_t *loop, size_t from,
+    size_t to)
+{
+    static const char  head[] =
+        "Below is the start of a transcript of a model working on a query "
+        "with a Python REPL: its replies (with code) and the outputs of "
+        "that code. Summarise it for the model, which will go on from "
+        "your summary: what it learned about the data (sizes, structure, "
+        "values found), the variables it made and what they hold, what it "
+        "tried that failed, and what is left to do. Be specific and keep "
+        "numbers exact; leave out code that is not needed to go on.\n\n";
+
+    size_t       i, len;
+    json_t      *m;
+    u_char      *p, *s;
+    const char  *role;
+
+    len = sizeof(head);
+
+    for (i = from; i < to; i++) {
+        m = json_array_get(loop->messages, i);
+        len += json_string_length(json_object_get(m, "content")) + 32;
+    }
+
+    p = ngx_pnalloc(loop->pool, len);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    s = ngx_cpymem(p, head, sizeof(head) - 1);
+
+    for (i = from; i < to; i++) {
+        m = json_array_get(loop->messages, i);
+        role = json_string_value(json_object_get(m, "role"));
+
+        s = ngx_sprintf(s, "[%s]\n", role ? role : "?");
+        s = ngx_cpymem(s,
+                       json_string_value(json_object_get(m, "content")),
+                       json_string_length(json_object_get(m, "content")));
+        *s++ = '\n';
+        *s++ = '\n';
+    }
+
+    return json_pack("[{s:s, s:s%}]", "role", "user",
+                     "content", (char *) p, (size_t) (s - p));
+}
+
+
+json_t *
+ngx_http_rlm_prompt_summary(ngx_http_rlm_loop_t *loop, ngx_str_t *text)
+{
+    static const char  head[] =
+        "Your earlier turns were summarised to save room. Every variable "
+        "you made is still in the REPL. Summary:\n\n";
+
+    u_char  *p, *s;
+
+    p = ngx_pnalloc(loop->pool, sizeof(head) + text->len);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    s = ngx_cpymem(p, head, sizeof(head) - 1);
+    s = ngx_cpymem(s, text->data, text->len);
+
+    return json_pack("{s:s, s:s%}", "role", "user",
+                     "content", (char *) p, (size_t) (s - p));
+}
+
+
+/*
+ * A limit other than the turns stopped the loop (why says which, in a
+ * sentence): the outputs of this turn and a request for the answer.
+ */
+
+json_t *
+ngx_http_rlm_prompt_stopped(ngx_http_rlm_loop_t *loop, json_t *feedback,
+    const char *why)
+{
+    static const char  tail[] = " No more code will run. Reply now with "
+                                "your best final answer to the query, as "
+                                "plain text, without code.";
+
+    size_t   i, len;
+    json_t  *item;
+    u_char  *p, *s;
+
+    len = ngx_strlen(why) + sizeof(tail);
+
+    json_array_foreach(feedback, i, item) {
+        len += json_string_length(item) + 2;
+    }
+
+    p = ngx_pnalloc(loop->pool, len);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    s = p;
+
+    json_array_foreach(feedback, i, item) {
+        s = ngx_cpymem(s, json_string_value(item), json_string_length(item));
+        *s++ = '\n';
+        *s++ = '\n';
+    }
+
+    s = ngx_cpymem(s, why, ngx_strlen(why));
+    s = ngx_cpymem(s, tail, sizeof(tail) - 1);
+
+    return json_pack("{s:s, s:s%}", "role", "user",
+                     "content", (char *) p, (size_t) (s - p));
 }
 
 

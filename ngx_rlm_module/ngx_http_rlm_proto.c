@@ -483,6 +483,22 @@ ngx_http_rlm_proto_call(json_t *msg, ngx_http_rlm_call_t *call,
         }
     }
 
+    if (call->fn == NGX_HTTP_RLM_CALL_RLM) {
+        /* rlm_query(prompt, context=...): the child's own context */
+
+        v = json_object_get(args, "context");
+
+        if (v && !json_is_null(v)) {
+            if (ngx_http_rlm_proto_prompt_ok(v) != NGX_OK) {
+                *why = "a call whose context is not a string, list or "
+                       "dict";
+                return NGX_ERROR;
+            }
+
+            call->context = v;
+        }
+    }
+
     call->frame = json_incref(msg);
 
     return NGX_OK;

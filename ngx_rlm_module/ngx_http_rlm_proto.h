@@ -82,6 +82,7 @@ typedef struct {
     json_t                     *prompts;       /* array, or one prompt */
     ngx_str_t                   model;         /* empty: the default */
     json_t                     *state;         /* rlm_*: an object */
+    json_t                     *context;       /* rlm_query: or NULL */
     ngx_str_t                   tool;          /* tool: its name */
     unsigned                    batched:1;
 } ngx_http_rlm_call_t;

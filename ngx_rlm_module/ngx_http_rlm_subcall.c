@@ -46,6 +46,7 @@ struct ngx_http_rlm_subcall_s {
     json_t                     *results;
     json_t                     *records;       /* the block's rlm_calls */
     size_t                      record_base;   /* slot of the 1st prompt */
+    json_t                     *context;       /* rlm_query's, or NULL */
     unsigned                    batched:1;
     unsigned                    child:1;
     unsigned                    counted:1;     /* in tree->pending_calls */
@@ -70,6 +71,8 @@ static ngx_int_t ngx_http_rlm_subcall_model_allowed(ngx_http_rlm_loop_t *loop,
     ngx_str_t *model);
 static void ngx_http_rlm_subcall_uncount(ngx_http_rlm_subcall_t *sc,
     ngx_uint_t n);
+static ngx_int_t ngx_http_rlm_subcall_with_context(ngx_http_rlm_loop_t *loop,
+    json_t *context, ngx_str_t *prompt);
 
 
 /*
@@ -212,6 +215,23 @@ ngx_http_rlm_subcall_handler(ngx_http_rlm_cell_t *cell,
         }
     }
 
+    /*
+     * rlm_query(prompt, context=...): a child gets the context as its
+     * own; at the maximum depth the model call reads it before the
+     * prompt.
+     */
+
+    if (call->context && child) {
+        sc->context = json_incref(call->context);
+
+    } else if (call->context && sc->items[0].prompt.data
+               && ngx_http_rlm_subcall_with_context(loop, call->context,
+                                                    &sc->items[0].prompt)
+                  != NGX_OK)
+    {
+        sc->items[0].prompt.data = NULL;
+    }
+
     ngx_http_rlm_call_free(call);
 
     for (i = 0; i < n; i++) {
@@ -253,6 +273,10 @@ ngx_http_rlm_subcall_police(ngx_http_rlm_loop_t *loop,
     tree = loop->tree;
     conf = loop->conf;
     n = call->nprompts;
+
+    if (tree->max_cost > 0 && tree->cost >= tree->max_cost) {
+        return "the completion's cost budget (max_cost) is spent";
+    }
 
     if (n > conf->batch_max) {
         return "too many prompts in one batched call (rlm_batch_max); "
@@ -388,13 +412,18 @@ ngx_http_rlm_subcall_start_item(ngx_http_rlm_subcall_t *sc,
         ch->provider = loop->provider;
         ch->root_model = sc->model;
         ch->sub_model = loop->sub_model;
-        ch->sampling = loop->sampling ? json_incref(loop->sampling) : NULL;
+        /* a child's root calls are sub-calls: rlm.sub_sampling */
+        ch->sampling = loop->tree->sub_sampling
+                       ? json_incref(loop->tree->sub_sampling)
+                       : loop->sampling ? json_incref(loop->sampling)
+                                        : NULL;
         ch->depth = loop->depth + 1;
         ch->max_iterations = loop->max_iterations;
         ch->max_depth = loop->max_depth;
         ch->query.data = pr->data;
         ch->query.len = ngx_min(pr->len, NGX_HTTP_RLM_QUERY_MAX);
-        ch->context = json_stringn((char *) pr->data, pr->len);
+        ch->context = sc->context ? json_incref(sc->context)
+                                  : json_stringn((char *) pr->data, pr->len);
         ch->done = ngx_http_rlm_subcall_child_done;
         ch->progress = loop->progress;
         ch->data = loop->data;
@@ -422,6 +451,10 @@ ngx_http_rlm_subcall_start_item(ngx_http_rlm_subcall_t *sc,
                     "content", (char *) pr->data, pr->len);
     if (req == NULL) {
         return NGX_ERROR;
+    }
+
+    if (loop->tree->sub_sampling) {
+        json_object_update(req, loop->tree->sub_sampling);
     }
 
     if (sc->model.len) {
@@ -700,6 +733,9 @@ ngx_http_rlm_subcall_answer(ngx_http_rlm_subcall_t *sc)
 
     ngx_queue_remove(&sc->link);
 
+    json_decref(sc->context);
+    sc->context = NULL;
+
     if (reply) {
         (void) ngx_http_rlm_cell_reply(sc->cell, reply);
         json_decref(reply);
@@ -739,6 +775,8 @@ ngx_http_rlm_subcall_cancel(ngx_http_rlm_subcall_t *sc)
 
     json_decref(sc->results);
     sc->results = NULL;
+    json_decref(sc->context);
+    sc->context = NULL;
 }
 
 
@@ -755,6 +793,54 @@ ngx_http_rlm_subcall_uncount(ngx_http_rlm_subcall_t *sc, ngx_uint_t n)
 
     tree = sc->loop->tree;
     tree->pending_calls -= ngx_min(n, tree->pending_calls);
+}
+
+
+/* the context's text, a blank line and the prompt, into prompt */
+
+static ngx_int_t
+ngx_http_rlm_subcall_with_context(ngx_http_rlm_loop_t *loop, json_t *context,
+    ngx_str_t *prompt)
+{
+    char        *dump;
+    u_char      *p;
+    size_t       len;
+    const char  *text;
+
+    dump = NULL;
+
+    if (json_is_string(context)) {
+        text = json_string_value(context);
+        len = json_string_length(context);
+
+    } else {
+        dump = json_dumps(context, JSON_COMPACT);
+        if (dump == NULL) {
+            return NGX_ERROR;
+        }
+
+        text = dump;
+        len = ngx_strlen(dump);
+    }
+
+    p = ngx_pnalloc(loop->pool, len + 2 + prompt->len + 1);
+    if (p == NULL) {
+        free(dump);
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(p, text, len);
+    p[len] = '\n';
+    p[len + 1] = '\n';
+    ngx_memcpy(p + len + 2, prompt->data, prompt->len);
+    p[len + 2 + prompt->len] = '\0';
+
+    prompt->data = p;
+    prompt->len += len + 2;
+
+    free(dump);
+
+    return NGX_OK;
 }
 
 

@@ -471,6 +471,12 @@ ngx_http_rlm_trajectory_turn(json_t *it)
                               ngx_http_rlm_traj_any(it, "usage",
                                                     json_null()));
 
+    if (json_is_object(json_object_get(it, "compaction"))) {
+        /* ours: the history was summarised before this prompt */
+        rc |= json_object_set(line, "compaction",
+                              json_object_get(it, "compaction"));
+    }
+
     if (rc != 0) {
         json_decref(line);
         return NULL;

@@ -47,6 +47,11 @@ static ngx_http_variable_t  ngx_http_rlm_vars[] = {
       ngx_http_rlm_completion_variable, 1,
       NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
+    /* money, 6 decimals; the Lua policy adds it to the tenant's total */
+    { ngx_string("rlm_cost"), NULL,
+      ngx_http_rlm_completion_variable, 2,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
     /* rlm_node_id in decimal, "" for a single node (rlm.cluster reads it) */
     { ngx_string("rlm_node_id"), NULL,
       ngx_http_rlm_node_id_variable, 0, 0, 0 },
@@ -175,7 +180,7 @@ ngx_http_rlm_sandbox_ms_variable(ngx_http_request_t *r,
 }
 
 
-/* $rlm_iterations (data 0) and $rlm_tokens (1) of a completion */
+/* $rlm_iterations (data 0), $rlm_tokens (1), $rlm_cost (2) */
 
 static ngx_int_t
 ngx_http_rlm_completion_variable(ngx_http_request_t *r,
@@ -190,14 +195,20 @@ ngx_http_rlm_completion_variable(ngx_http_request_t *r,
         return ngx_http_rlm_empty_variable(v);
     }
 
-    p = ngx_pnalloc(r->pool, NGX_INT64_LEN);
+    p = ngx_pnalloc(r->pool, NGX_INT64_LEN + 8);
     if (p == NULL) {
         return NGX_ERROR;
     }
 
     v->data = p;
-    v->len = (data ? ngx_sprintf(p, "%uL", ctx->tokens)
-                   : ngx_sprintf(p, "%ui", ctx->iterations)) - p;
+
+    if (data == 2) {
+        v->len = ngx_sprintf(p, "%.6f", ctx->cost) - p;
+
+    } else {
+        v->len = (data ? ngx_sprintf(p, "%uL", ctx->tokens)
+                       : ngx_sprintf(p, "%ui", ctx->iterations)) - p;
+    }
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;

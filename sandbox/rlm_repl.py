@@ -323,10 +323,14 @@ def _take_state(rep):
                 _STATE.pop(k, None)
 
 
-def rlm_query(prompt, model=None):
-    """Run a child RLM whose context is the prompt; returns its answer."""
-    rep = _call("rlm_query", {"prompt": _text(prompt), "model": model,
-                              "state": _shared_state()})
+def rlm_query(prompt, model=None, context=None):
+    """Run a child RLM on prompt; returns its answer.  Its context is
+    `context` when given (a str, list or dict), else the prompt."""
+    args = {"prompt": _text(prompt), "model": model,
+            "state": _shared_state()}
+    if context is not None:
+        args["context"] = _text(context)
+    rep = _call("rlm_query", args)
     _take_state(rep)
     if not rep.get("ok"):
         raise RuntimeError(str(rep.get("error") or "rlm_query failed"))

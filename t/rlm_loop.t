@@ -323,7 +323,7 @@ turn 2 is the last: true
 
 
 
-=== TEST 12: consecutive failing blocks stop the loop (rlm_max_error_cells)
+=== TEST 12: consecutive failing blocks stop the loop (rlm_max_error_cells); code is not the answer
 --- config
     location = /strict {
         rlm_completions;
@@ -348,7 +348,7 @@ turn 2 is the last: true
 --- request
 GET /t
 --- response_body
-200 length max_error_cells cells=2 answer="thinking\n```repl\n1 / 0\n```"
+200 length max_error_cells cells=2 answer="thinking"
 
 
 

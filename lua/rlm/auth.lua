@@ -18,6 +18,9 @@
 --   max_sessions=N          live sessions (POST /v1/sessions)
 --   models=a,b,...          models (names or aliases) the tenant may use;
 --                           "*" also allows the routing table's default
+--   max_cost=X              money the tenant's completions may spend on
+--                           this node (rlm.limits.cost_left), in the
+--                           routing table's prices' currency
 --
 -- A key is at least 12 printable characters without spaces; a tenant
 -- name is 1-64 of [A-Za-z0-9._-].  A malformed line is skipped and
@@ -66,6 +69,15 @@ local function parse_option(tenant, opt)
             return nil, name .. " must be a positive integer"
         end
         tenant[name] = n
+        return true
+    end
+
+    if name == "max_cost" then
+        local n = value:match("^%d+%.?%d*$") and tonumber(value)
+        if not n or n <= 0 then
+            return nil, "max_cost must be a positive number"
+        end
+        tenant.max_cost = n
         return true
     end
 

@@ -15,6 +15,15 @@
 -- redirect.  If a worker
 -- dies in between, its slots stay taken until nginx restarts.
 --
+-- Cost: a tenant with max_cost has a total in the dict ("cost:<tenant>")
+-- that the log phase raises by $rlm_cost, what each completion spent
+-- (rlm.policy.log -> spend).  It is per node (each node has its own
+-- dict), lives as long as the dict (a reload keeps it, a restart starts
+-- again at 0), and is read once when a completion starts: completions
+-- that run at once each get all that is left, so the tenant can go over
+-- by what they spend together.  At 0 left a completion gets 429
+-- insufficient_quota before it starts.
+--
 -- Sessions: POST /v1/sessions asks the module how many sessions the
 -- tenant has (GET <bridge prefix>/sessions as that owner, through
 -- resty.rlm) plus the creations in flight; at `max_sessions` the answer
@@ -175,6 +184,49 @@ function _M.sessions(conf, tenant)
                          "Tenant '" .. tenant.id .. "' has reached its"
                          .. " limit of " .. tenant.max_sessions
                          .. " sessions. Delete one first.", 1)
+end
+
+
+-- cost_left(conf, tenant) -> money left (may be <= 0), or nil: no budget
+function _M.cost_left(conf, tenant)
+    if not tenant.max_cost then
+        return nil
+    end
+
+    local spent = dict(conf):get("cost:" .. tenant.id) or 0
+    return tenant.max_cost - spent
+end
+
+
+-- the refusal when nothing is left
+function _M.cost_spent(tenant)
+    return {
+        status = 429, type = "insufficient_quota",
+        code = "insufficient_quota",
+        message = "Tenant " .. tenant.id .. " has spent its cost budget"
+                  .. " (max_cost) on this server.",
+    }
+end
+
+
+-- spend(conf): adds what this request's completion cost ($rlm_cost) to
+-- its tenant's total (log phase)
+function _M.spend(conf)
+    local ok, cost = pcall(function() return ngx.var.rlm_cost end)
+    cost = ok and tonumber(cost)
+    if not cost or cost <= 0 then
+        return
+    end
+
+    local tenant = ngx.var.rlm_tenant
+    if tenant == nil or tenant == "" then
+        return
+    end
+
+    local _, err = dict(conf):incr("cost:" .. tenant, cost, 0)
+    if err then
+        ngx.log(ngx.ERR, "rlm policy: cost total: ", err)
+    end
 end
 
 

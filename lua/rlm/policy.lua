@@ -34,7 +34,10 @@
 --   $rlm_code_models models the completion's code may name (upstream
 --                    names, rlm.routing.code_models), "" = root and sub
 --   $rlm_tenant_max_sessions  the tenant's max_sessions, "" = none
---   body .rlm        { max_iterations, max_depth, timeout, sub_model }
+--   $rlm_prices      the routing table's prices (rlm_completion_prices)
+--   $rlm_system_prompt  "on" when the route takes rlm.system_prompt
+--   body .rlm        { max_iterations, max_depth, timeout, sub_model,
+--                      max_cost, system_prompt, sub_sampling }
 --
 -- Each concern is a module and can be swapped:
 --   configure{ auth = mod, routing = mod, shaping = mod, limits = mod }
@@ -120,6 +123,12 @@ local function set_code_policy(c, tenant, route, sub, model)
                           or ""
     var.rlm_tenant_max_sessions = tenant.max_sessions
                                   and tostring(tenant.max_sessions) or ""
+
+    -- declared by conf/policy.conf; an older copy may lack them
+    pcall(function()
+        var.rlm_prices = route.prices or ""
+        var.rlm_system_prompt = route.system_prompt and "on" or ""
+    end)
 end
 
 
@@ -187,12 +196,30 @@ local function completions(c, tenant)
         given.max_iterations = asked.max_iterations
         given.max_depth = asked.max_depth
         given.timeout = asked.timeout
+        given.max_cost = asked.max_cost
+        given.compaction_threshold = asked.compaction_threshold
+        given.system_prompt = asked.system_prompt
+        given.sub_sampling = asked.sub_sampling
     end
     if sub ~= "" then
         given.sub_model = sub
     end
 
-    local final = shaping.clamp(route, given)
+    if type(given.system_prompt) == "string" and not route.off
+       and not route.system_prompt
+    then
+        return refuse(c, errors.bad_request("invalid_value",
+            "The model '" .. tostring(body.req.model) .. "' does not take"
+            .. " a system prompt from the request.", "rlm.system_prompt"))
+    end
+
+    -- the tenant's cost budget on this node (rlm.limits)
+    local cost_left = c.limits.cost_left and c.limits.cost_left(c, tenant)
+    if cost_left ~= nil and cost_left <= 0 then
+        return refuse(c, c.limits.cost_spent(tenant))
+    end
+
+    local final = shaping.clamp(route, given, cost_left)
 
     ok, err = shaping.rewrite(body, final)
     if ok == nil then
@@ -333,6 +360,9 @@ end
 -- log(): gives back concurrency and session-creation slots.
 function _M.log()
     conf.limits.release(conf)
+    if conf.limits.spend then
+        conf.limits.spend(conf)
+    end
 end
 
 

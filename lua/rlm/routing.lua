@@ -17,14 +17,26 @@
 --           "max_iterations": 20,             -- maximum and default
 --           "max_depth": 1,
 --           "timeout": 120,                   -- seconds
+--           "max_cost": 0.50,                 -- per completion, money
+--           "compaction_threshold": 60000,    -- tokens, 0 = never
+--           "system_prompt": true,            -- rlm.system_prompt allowed
 --           "owned_by": "openai",             -- for GET /v1/models
 --           "created": 1721172741 } },
---       "default": { "provider": "local" } }  -- optional
+--       "default": { "provider": "local" },   -- optional
+--       "prices": {                           -- optional, per 1M tokens
+--         "gpt-4o-mini": { "prompt": 0.15, "completion": 0.6 } } }
 --
 -- "default" (optional) routes any model that is not in the table; its
 -- root_model defaults to "" (the C side then uses the client's model).
 -- Every field but the id is optional.  Limits are numbers: max_iterations
--- a positive integer, max_depth an integer >= 0, timeout positive.
+-- a positive integer, max_depth an integer >= 0, timeout and max_cost
+-- positive.
+--
+-- "prices" are keyed by upstream model name (a route's root_model or
+-- sub_model, or a model code names): what the provider charges per
+-- million prompt and completion tokens, in any one currency.  The C side
+-- gets them as text (prices_text(), $rlm_prices) and reports the cost of
+-- every call; a model without a price costs nothing.
 --
 -- A tenant whose key has `models=...` may use only those models (names
 -- or aliases of the same route count as the same model), and the
@@ -38,7 +50,8 @@ local _M = {}
 
 -- max_depth may be 0 (no sub-calls); the others must be above 0
 local LIMITS = { max_iterations = "integer", max_depth = "count",
-                 timeout = "number" }
+                 timeout = "number", max_cost = "number",
+                 compaction_threshold = "count" }
 local STRINGS = { provider = true, root_model = true, sub_model = true,
                   owned_by = true }
 
@@ -72,6 +85,10 @@ local function check_route(where, r)
                     return nil, where .. ".aliases must be strings"
                 end
             end
+        elseif k == "system_prompt" then
+            if type(v) ~= "boolean" then
+                return nil, where .. ".system_prompt must be true or false"
+            end
         elseif k == "created" then
             if type(v) ~= "number" then
                 return nil, where .. ".created must be a number"
@@ -82,6 +99,60 @@ local function check_route(where, r)
     end
 
     return true
+end
+
+
+-- the "prices" object -> "model prompt completion ..." (sorted), or
+-- nil, err
+local function price_number(v)
+    return type(v) == "number" and v == v and v >= 0 and v < 1e9
+end
+
+
+-- digits and a point, never an exponent (the C side reads only that)
+local function price_text(v)
+    local s = string.format("%.12f", v):gsub("0+$", ""):gsub("%.$", "")
+    return s
+end
+
+
+local function prices(t)
+    if t == nil then
+        return ""
+    end
+
+    if type(t) ~= "table" then
+        return nil, "routes file: \"prices\" must be an object"
+    end
+
+    local out = {}
+    for model, p in pairs(t) do
+        local where = "routes file: prices." .. tostring(model)
+        if type(model) ~= "string" or model == ""
+           or model:find("[%s,]")
+        then
+            return nil, "routes file: a priced model name must be a"
+                        .. " non-empty string without spaces or commas"
+        end
+        if type(p) ~= "table" then
+            return nil, where .. " must be an object"
+        end
+        for k in pairs(p) do
+            if k ~= "prompt" and k ~= "completion" then
+                return nil, where .. ": unknown field " .. tostring(k)
+            end
+        end
+        if not price_number(p.prompt) or not price_number(p.completion) then
+            return nil, where .. ": prompt and completion must be numbers"
+                        .. " >= 0 (per million tokens)"
+        end
+        out[#out + 1] = model .. " " .. price_text(p.prompt) .. " "
+                        .. price_text(p.completion)
+    end
+
+    table.sort(out)
+
+    return table.concat(out, " ")
 end
 
 
@@ -99,12 +170,18 @@ function _M.parse(text)
     end
 
     for k in pairs(t) do
-        if k ~= "models" and k ~= "default" then
+        if k ~= "models" and k ~= "default" and k ~= "prices" then
             return nil, "routes file: unknown top-level field " .. tostring(k)
         end
     end
 
     local db = { routes = {}, names = {}, ids = {} }
+
+    local text, err = prices(t.prices)
+    if text == nil then
+        return nil, err
+    end
+    db.prices = text
 
     for id, r in pairs(t.models) do
         if type(id) ~= "string" or id == "" then
@@ -220,7 +297,7 @@ function _M.resolve(conf, model, tenant, param)
 
     if db == false then
         return { name = model, provider = "", root_model = "",
-                 sub_model = "", off = true }
+                 sub_model = "", off = true, prices = "" }
     end
 
     local id = db.names[model]
@@ -245,6 +322,10 @@ function _M.resolve(conf, model, tenant, param)
         max_iterations = r.max_iterations,
         max_depth = r.max_depth,
         timeout = r.timeout,
+        max_cost = r.max_cost,
+        compaction_threshold = r.compaction_threshold,
+        system_prompt = r.system_prompt == true,
+        prices = db.prices,
     }
 end
 

@@ -55,7 +55,10 @@ local ROLES = { system = true, user = true, assistant = true, tool = true,
 -- keys of the `rlm` object and what their values must be
 -- (max_depth 0 is allowed: a root loop without sub-calls)
 local RLM_KEYS = { max_iterations = "integer", max_depth = "count",
-                   timeout = "number", sub_model = "string" }
+                   timeout = "number", sub_model = "string",
+                   max_cost = "number", system_prompt = "string",
+                   compaction_threshold = "count",
+                   sub_sampling = "object" }
 
 -- top-level members the policy writes itself
 local REWRITTEN = { max_tokens = true, max_completion_tokens = true,
@@ -514,6 +517,10 @@ function _M.validate(req)
                    .. " to 2.", "temperature")
     end
 
+    if given(req.reset) and type(req.reset) ~= "boolean" then
+        return bad("invalid_type", "'reset' must be a boolean.", "reset")
+    end
+
     if given(req.n) and req.n ~= 1 then
         return bad("invalid_value", "Only n = 1 is supported.", "n")
     end
@@ -541,8 +548,9 @@ function _M.validate(req)
 
             if want == nil then
                 return bad("unknown_parameter", "Unknown field in 'rlm':"
-                           .. " use max_iterations, max_depth, timeout or"
-                           .. " sub_model.", p)
+                           .. " use max_iterations, max_depth, timeout,"
+                           .. " sub_model, max_cost, compaction_threshold,"
+                           .. " system_prompt or sub_sampling.", p)
             end
 
             if v ~= null then
@@ -553,6 +561,8 @@ function _M.validate(req)
                     ok = count(v)
                 elseif want == "number" then
                     ok = positive_number(v)
+                elseif want == "object" then
+                    ok = is_object(v)
                 else
                     ok = type(v) == "string" and v ~= ""
                 end
@@ -563,6 +573,7 @@ function _M.validate(req)
                         count = "n integer >= 0",
                         number = " positive number",
                         string = " non-empty string",
+                        object = "n object",
                     }
                     return bad("invalid_value", "'" .. p .. "' must be a"
                                .. what[want] .. ".", p)
@@ -575,16 +586,19 @@ function _M.validate(req)
 end
 
 
--- clamp(route, asked) -> the rlm object to send.
+-- clamp(route, asked [, cost_left]) -> the rlm object to send.
 -- asked: the client's `rlm` (validated) or nil.  Each limit is the
 -- client's value capped at the route's, or the route's when the client
 -- gave none; sub_model is decided by the caller and passed in
--- asked.sub_model.
-function _M.clamp(route, asked)
+-- asked.sub_model.  max_cost is also capped at cost_left (what the
+-- tenant has left).  system_prompt and sub_sampling pass as they are
+-- (the caller checks that the route takes a system prompt).
+function _M.clamp(route, asked, cost_left)
     local out = {}
     asked = (type(asked) == "table") and asked or {}
 
-    for _, k in ipairs({ "max_iterations", "max_depth", "timeout" }) do
+    for _, k in ipairs({ "max_iterations", "max_depth", "timeout",
+                         "max_cost", "compaction_threshold" }) do
         local v = asked[k]
         local cap = route[k]
         if v == nil or v == null then
@@ -595,8 +609,22 @@ function _M.clamp(route, asked)
         out[k] = v
     end
 
+    if cost_left ~= nil and (out.max_cost == nil
+                             or out.max_cost > cost_left)
+    then
+        out.max_cost = cost_left
+    end
+
     if type(asked.sub_model) == "string" and asked.sub_model ~= "" then
         out.sub_model = asked.sub_model
+    end
+
+    if type(asked.system_prompt) == "string" then
+        out.system_prompt = asked.system_prompt
+    end
+
+    if type(asked.sub_sampling) == "table" then
+        out.sub_sampling = asked.sub_sampling
     end
 
     return out
@@ -613,13 +641,16 @@ end
 
 local function rlm_text(rlm)
     local parts = {}
-    for _, k in ipairs({ "max_iterations", "max_depth", "timeout" }) do
+    for _, k in ipairs({ "max_iterations", "max_depth", "timeout",
+                         "max_cost", "compaction_threshold" }) do
         if rlm[k] ~= nil then
             parts[#parts + 1] = '"' .. k .. '":' .. number_text(rlm[k])
         end
     end
-    if rlm.sub_model then
-        parts[#parts + 1] = '"sub_model":' .. json.encode(rlm.sub_model)
+    for _, k in ipairs({ "sub_model", "system_prompt", "sub_sampling" }) do
+        if rlm[k] ~= nil then
+            parts[#parts + 1] = '"' .. k .. '":' .. json.encode(rlm[k])
+        end
     end
     return "{" .. concat(parts, ",") .. "}"
 end

@@ -83,6 +83,20 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     }
 
+    /* the text without repl blocks: never longer, never a repl fence */
+
+    n = ngx_http_rlm_parse_prose(data, size, out);
+
+    if (n > size) {
+        abort();
+    }
+
+    ngx_http_rlm_parse_response(out, n, &res);
+
+    if (res.nblocks || res.unterminated) {
+        abort();
+    }
+
     free(out);
 
     return 0;

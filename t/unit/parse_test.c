@@ -250,6 +250,43 @@ test_truncate(void)
 }
 
 
+static int
+prose_is(const char *text, const char *want)
+{
+    size_t          n;
+    unsigned char   out[256];
+
+    n = ngx_http_rlm_parse_prose((const unsigned char *) text,
+                                 strlen(text), out);
+
+    if (n != strlen(want) || memcmp(out, want, n) != 0) {
+        printf("# got \"%.*s\", want \"%s\"\n", (int) n, out, want);
+        return 0;
+    }
+
+    return 1;
+}
+
+
+static void
+test_prose(void)
+{
+    ok(prose_is("just text\n", "just text"), "prose: text alone, trimmed");
+
+    ok(prose_is("I think 7.\n```repl\nx = 7\n```\nDone.", "I think 7.\n"
+                "Done."), "prose: a repl block and its fences go");
+
+    ok(prose_is("```repl\nprint(1)\n```\n", ""), "prose: only code");
+
+    ok(prose_is("a\n```python\n```repl\nx\n```\nb\n```repl\ny",
+                "a\n```python\n```repl\nx\n```\nb"),
+       "prose: other fences stay, an unclosed repl block runs to the end");
+
+    ok(prose_is("  ```repl\r\nx\r\n   ```\r\n\r\nafter\r\n", "after"),
+       "prose: indented fences and CRLF");
+}
+
+
 typedef struct {
     char   events[16][64];
     int    n;
@@ -514,6 +551,7 @@ main(void)
     test_blocks();
     test_final();
     test_truncate();
+    test_prose();
     test_sse();
     test_jsonstr();
     test_jsonshape();
