@@ -13,6 +13,7 @@
 
 #include "ngx_http_rlm_loop.h"
 #include "ngx_http_rlm_trajectory.h"
+#include "ngx_http_rlm_metrics.h"
 
 
 #define NGX_HTTP_RLM_LOOP_OP_TIMEOUT   30000
@@ -1396,6 +1397,8 @@ ngx_http_rlm_loop_count(ngx_http_rlm_loop_t *loop,
 
     tree = loop->tree;
     tree->calls++;
+
+    ngx_http_rlm_metrics_model_call(call);
 
     if (!call->has_usage) {
         return;
