@@ -278,15 +278,17 @@ acquires ok grew: true
             local t = require "rlmt"
             local l = require "loopt"
             local x = require "rlm_test_exec"
-            local names = {}
+            -- first names a label cannot take as they are (while the
+            -- table has room): counted as "other", never printed
+            local names = {
+                'evil"} 1\nrlm_fake_total{a="',
+                "back\\slash",
+                "caf\xc3\xa9",
+                string.rep("x", 65),
+            }
             for i = 1, 40 do
                 names[#names + 1] = "rand-" .. i .. "-" .. math.random(1e9)
             end
-            -- names a label cannot take as they are: counted as "other"
-            names[#names + 1] = 'evil"} 1\nrlm_fake_total{a="'
-            names[#names + 1] = "back\\slash"
-            names[#names + 1] = "caf\xc3\xa9"
-            names[#names + 1] = string.rep("x", 65)
             local statuses = {}
             for _, name in ipairs(names) do
                 local res = l.complete(l.ask("hi", { model = name,
@@ -352,10 +354,11 @@ promtool: []
                      :match("SUCCESS: %d+ rules found") or "failed"))
 
             -- work to count: two completions and a few cells
-            l.script("root", {
-                { content = l.repl("r = llm_query('hi')") },
-                { content = l.repl("answer.update(content=r, ready=True)") },
-            })
+            local before = t.metrics()
+            local ask = { content = l.repl("r = llm_query('hi')") }
+            local final = { content = l.repl("answer.update(content=r,"
+                                             .. " ready=True)") }
+            l.script("root", { ask, final, ask, final })
             for i = 1, 2 do
                 l.complete(l.ask("go", { context = "x",
                            rlm = { sub_model = "echo" } }))
@@ -365,6 +368,13 @@ promtool: []
             t.eval(id, "x += 1")
             t.eval(id, "1/0")
             local m = t.metrics()
+            for _, k in ipairs({
+                'rlm_completions_total{model="script:root",outcome="stop"}',
+                'rlm_subcalls_total{model="echo",fn="llm_query"}',
+                'rlm_cells_total{status="error"}',
+            }) do
+                ngx.say(k, " +", (m[k] or 0) - (before[k] or 0))
+            end
 
             -- tell the file's Prometheus where this nginx listens
             local f = assert(io.open(dir .. "/targets.json.tmp", "w"))
@@ -459,6 +469,9 @@ GET /t
 --- timeout: 120
 --- response_body
 promtool rules: SUCCESS: 8 rules found
+rlm_completions_total{model="script:root",outcome="stop"} +2
+rlm_subcalls_total{model="echo",fn="llm_query"} +2
+rlm_cells_total{status="error"} +1
 count(ngx_rlm_build_info{python_version!=""}): as /metrics said
 rlm_cells_total{status="error"}: as /metrics said
 rlm_completions_total{model="script:root",outcome="stop"}: as /metrics said
