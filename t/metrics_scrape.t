@@ -187,8 +187,9 @@ $
 
 
 
-=== TEST 2: per-model counters move with completions, model calls, sub-calls and acquires
+=== TEST 2: per-model counters move with completions, model calls (passthrough too), sub-calls and acquires
 --- config
+    location = /pt { rlm_chat_passthrough mock; }
     location = /t {
         content_by_lua_block {
             local t = require "rlmt"
@@ -213,6 +214,12 @@ $
             l.script("bad", { { status = 500, error = "boom" } })
             res = l.complete(l.ask("go", { model = "script:bad" }))
             ngx.say("failed completion: ", res.status)
+            -- a call through rlm_chat_passthrough counts as a model call
+            l.script("pt", { { content = "hi", usage = u(5, 1) } })
+            res = t.http("POST", "/pt", '{"model": "script:pt", '
+                         .. '"messages": [{"role": "user", "content": "x"}]}',
+                         { ["Content-Type"] = "application/json" })
+            ngx.say("passthrough: ", res.status)
             local m = t.metrics()
             local function d(name)
                 return (m[name] or 0) - (before[name] or 0)
@@ -226,6 +233,8 @@ $
                 'rlm_model_calls_total{model="script:root",code="ok",status="2xx"}',
                 'rlm_model_calls_total{model="script:sub",code="ok",status="2xx"}',
                 'rlm_model_calls_total{model="script:bad",code="provider_error",status="5xx"}',
+                'rlm_model_calls_total{model="script:pt",code="ok",status="2xx"}',
+                'rlm_model_tokens_total{model="script:pt",type="prompt"}',
                 'rlm_model_call_duration_seconds_count{model="script:sub"}',
                 'rlm_model_tokens_total{model="script:root",type="prompt"}',
                 'rlm_model_tokens_total{model="script:root",type="completion"}',
@@ -252,6 +261,7 @@ root model call failed
 --- response_body
 ok completion: 200
 failed completion: 502
+passthrough: 200
 rlm_completions_total{model="script:root",outcome="stop"} +1
 rlm_completions_total{model="script:root",outcome="error"} +0
 rlm_completions_total{model="script:bad",outcome="error"} +1
@@ -260,6 +270,8 @@ rlm_completion_duration_seconds_count{model="script:root"} +1
 rlm_model_calls_total{model="script:root",code="ok",status="2xx"} +2
 rlm_model_calls_total{model="script:sub",code="ok",status="2xx"} +3
 rlm_model_calls_total{model="script:bad",code="provider_error",status="5xx"} +1
+rlm_model_calls_total{model="script:pt",code="ok",status="2xx"} +1
+rlm_model_tokens_total{model="script:pt",type="prompt"} +5
 rlm_model_call_duration_seconds_count{model="script:sub"} +3
 rlm_model_tokens_total{model="script:root",type="prompt"} +300
 rlm_model_tokens_total{model="script:root",type="completion"} +30
