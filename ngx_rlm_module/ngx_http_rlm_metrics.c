@@ -65,14 +65,6 @@ static const char  *ngx_http_rlm_outcome_names[NGX_HTTP_RLM_OUTCOME_N] = {
     "stop", "length", "error"
 };
 
-/* in the order of ngx_http_rlm_llm_error_e */
-static const char  *ngx_http_rlm_call_codes[NGX_HTTP_RLM_CALL_CODES] = {
-    "ok", "provider_unreachable", "provider_timeout",
-    "provider_rate_limited", "provider_error",
-    "provider_malformed_response", "provider_response_too_large",
-    "internal_error"
-};
-
 static const char  *ngx_http_rlm_call_classes[NGX_HTTP_RLM_CALL_CLASSES] = {
     "none", "2xx", "3xx", "4xx", "5xx"
 };
@@ -295,24 +287,23 @@ ngx_http_rlm_metrics_completion(ngx_http_request_t *r, ngx_str_t *model,
     ngx_msec_int_t               ms;
     ngx_time_t                  *tp;
     ngx_http_rlm_zone_t         *z;
-    ngx_http_rlm_model_stats_t  *ms_stats;
+    ngx_http_rlm_model_stats_t  *st;
 
     z = ngx_http_rlm_zone();
     if (z == NULL || z->sh == NULL) {
         return;
     }
 
-    ms_stats = ngx_http_rlm_metrics_model(z, model);
+    st = ngx_http_rlm_metrics_model(z, model);
 
     tp = ngx_timeofday();
     ms = (ngx_msec_int_t) ((tp->sec - r->start_sec) * 1000
                            + (tp->msec - r->start_msec));
 
-    (void) ngx_atomic_fetch_add(&ms_stats->completions[outcome], 1);
-    (void) ngx_atomic_fetch_add(&ms_stats->iterations, iterations);
+    (void) ngx_atomic_fetch_add(&st->completions[outcome], 1);
+    (void) ngx_atomic_fetch_add(&st->iterations, iterations);
 
-    ngx_http_rlm_metrics_observe(ms_stats->completion_hist,
-                                 &ms_stats->completion_ms,
+    ngx_http_rlm_metrics_observe(st->completion_hist, &st->completion_ms,
                                  ms > 0 ? (ngx_msec_t) ms : 0);
 }
 
@@ -747,7 +738,8 @@ ngx_http_rlm_metrics_models(u_char *p, u_char *last, ngx_http_rlm_models_t *m,
                                          "rlm_model_calls_total"
                                          "{model=\"%*s\",code=\"%s\","
                                          "status=\"%s\"} %uA\n", len, name,
-                                         ngx_http_rlm_call_codes[j],
+                                         ngx_http_rlm_llm_error_name(
+                                             (ngx_http_rlm_llm_error_e) j),
                                          ngx_http_rlm_call_classes[k],
                                          st->calls[j][k]);
                     }

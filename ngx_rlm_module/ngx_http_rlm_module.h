@@ -118,7 +118,7 @@ typedef struct {
 #define NGX_HTTP_RLM_MODELS_MAX      32
 #define NGX_HTTP_RLM_MODEL_NAME_LEN  64
 #define NGX_HTTP_RLM_LHIST_N         13     /* model-call latency buckets */
-#define NGX_HTTP_RLM_CALL_CODES      8      /* ngx_http_rlm_llm_error_e */
+#define NGX_HTTP_RLM_CALL_CODES      8      /* ngx_http_rlm_llm_error_e: all */
 #define NGX_HTTP_RLM_CALL_CLASSES    5      /* none, 2xx, 3xx, 4xx, 5xx */
 
 typedef enum {
