@@ -160,9 +160,8 @@ ngx_http_rlm_metrics_death(const char *reason)
 static ngx_http_rlm_model_stats_t *
 ngx_http_rlm_metrics_model(ngx_http_rlm_zone_t *z, ngx_str_t *name)
 {
-    ngx_uint_t                  i, n;
-    ngx_http_rlm_models_t      *m;
-    ngx_http_rlm_model_slot_t  *slot;
+    ngx_uint_t              i, n;
+    ngx_http_rlm_models_t  *m;
 
     m = &z->sh->models;
 
@@ -173,12 +172,10 @@ ngx_http_rlm_metrics_model(ngx_http_rlm_zone_t *z, ngx_str_t *name)
     n = m->nmodels;
 
     for (i = 0; i < n; i++) {
-        slot = &m->slots[i];
-
-        if (slot->len == name->len
-            && ngx_memcmp(slot->name, name->data, name->len) == 0)
+        if (m->lens[i] == name->len
+            && ngx_memcmp(m->names[i], name->data, name->len) == 0)
         {
-            return &slot->stats;
+            return &m->stats[i];
         }
     }
 
@@ -191,13 +188,11 @@ ngx_http_rlm_metrics_model(ngx_http_rlm_zone_t *z, ngx_str_t *name)
     /* another worker may have claimed slots meanwhile */
 
     for ( /* void */ ; i < m->nmodels; i++) {
-        slot = &m->slots[i];
-
-        if (slot->len == name->len
-            && ngx_memcmp(slot->name, name->data, name->len) == 0)
+        if (m->lens[i] == name->len
+            && ngx_memcmp(m->names[i], name->data, name->len) == 0)
         {
             ngx_shmtx_unlock(&z->shpool->mutex);
-            return &slot->stats;
+            return &m->stats[i];
         }
     }
 
@@ -206,9 +201,8 @@ ngx_http_rlm_metrics_model(ngx_http_rlm_zone_t *z, ngx_str_t *name)
         goto other;
     }
 
-    slot = &m->slots[i];
-    ngx_memcpy(slot->name, name->data, name->len);
-    slot->len = name->len;
+    ngx_memcpy(m->names[i], name->data, name->len);
+    m->lens[i] = name->len;
 
     /* the name is in place before readers can see the slot */
     ngx_memory_barrier();
@@ -217,7 +211,7 @@ ngx_http_rlm_metrics_model(ngx_http_rlm_zone_t *z, ngx_str_t *name)
 
     ngx_shmtx_unlock(&z->shpool->mutex);
 
-    return &slot->stats;
+    return &m->stats[i];
 
 other:
 
@@ -690,9 +684,9 @@ ngx_http_rlm_metrics_models(u_char *p, u_char *last, ngx_http_rlm_models_t *m,
         for (i = 0; i < rows; i++) {
 
             if (i < n) {
-                name = m->slots[i].name;
-                len = m->slots[i].len;
-                st = &m->slots[i].stats;
+                name = m->names[i];
+                len = m->lens[i];
+                st = &m->stats[i];
 
             } else {
                 name = other;

@@ -142,22 +142,21 @@ typedef struct {
     ngx_atomic_t                subcalls[2];     /* llm_query, rlm_query */
 } ngx_http_rlm_model_stats_t;
 
-typedef struct {
-    size_t                      len;
-    u_char                      name[NGX_HTTP_RLM_MODEL_NAME_LEN];
-    ngx_http_rlm_model_stats_t  stats;
-} ngx_http_rlm_model_slot_t;
-
 /*
  * Slots are claimed in order under the zone's mutex and published by
  * nmodels; readers scan without the lock.  Names that do not fit, or
- * come once the table is full, count as the model "other".
+ * come once the table is full, count as the model "other".  The lengths
+ * and names lie apart from the counters, so a scan reads a few cache
+ * lines.
  */
 
 typedef struct {
     ngx_atomic_t                nmodels;
     ngx_atomic_t                other_used;
-    ngx_http_rlm_model_slot_t   slots[NGX_HTTP_RLM_MODELS_MAX];
+    size_t                      lens[NGX_HTTP_RLM_MODELS_MAX];
+    u_char                      names[NGX_HTTP_RLM_MODELS_MAX]
+                                     [NGX_HTTP_RLM_MODEL_NAME_LEN];
+    ngx_http_rlm_model_stats_t  stats[NGX_HTTP_RLM_MODELS_MAX];
     ngx_http_rlm_model_stats_t  other;
 } ngx_http_rlm_models_t;
 
