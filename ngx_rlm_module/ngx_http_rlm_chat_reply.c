@@ -11,6 +11,7 @@
 
 
 #include "ngx_http_rlm_chat.h"
+#include "ngx_http_rlm_metrics.h"
 
 
 static ngx_int_t ngx_http_rlm_chat_answer(ngx_http_rlm_chat_t *chat);
@@ -40,6 +41,14 @@ ngx_http_rlm_chat_done(ngx_http_rlm_loop_t *loop)
         ctx->tokens = chat->tree.prompt_tokens + chat->tree.completion_tokens;
         ctx->cost = chat->tree.cost;
     }
+
+    ngx_http_rlm_metrics_completion(r, &chat->model,
+                                    loop->error_status
+                                    ? NGX_HTTP_RLM_OUTCOME_ERROR
+                                    : loop->limit
+                                    ? NGX_HTTP_RLM_OUTCOME_LENGTH
+                                    : NGX_HTTP_RLM_OUTCOME_STOP,
+                                    loop->iterations);
 
     if (loop->error_status == 0) {
         rc = ngx_http_rlm_chat_answer(chat);

@@ -123,6 +123,8 @@ ngx_http_rlm_llm_start(ngx_http_rlm_llm_call_t *call, json_t *request)
         return NGX_ERROR;
     }
 
+    call->started = ngx_current_msec;
+
     if (ngx_http_rlm_llm_prepare(call, request) != NGX_OK) {
         ngx_http_rlm_llm_release(call);
         return NGX_ERROR;
@@ -324,7 +326,24 @@ ngx_http_rlm_llm_prepare(ngx_http_rlm_llm_call_t *call, json_t *request)
         json_object_set_new(req, "model",
                             json_stringn((char *) provider->model.data,
                                          provider->model.len));
+        model = json_object_get(req, "model");
     }
+
+    /* the name metrics count the call under */
+
+    if (!json_is_string(model)) {
+        json_decref(req);
+        return NGX_ERROR;
+    }
+
+    call->asked.len = json_string_length(model);
+    call->asked.data = ngx_pnalloc(call->pool, call->asked.len);
+    if (call->asked.data == NULL) {
+        json_decref(req);
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(call->asked.data, json_string_value(model), call->asked.len);
 
     if (call->stream) {
         json_object_set_new(req, "stream", json_true());

@@ -99,6 +99,8 @@ struct ngx_http_rlm_llm_call_s {
     ngx_http_rlm_llm_error_e    error;
     ngx_uint_t                  status;         /* last HTTP status */
     ngx_uint_t                  attempts;
+    ngx_str_t                   asked;          /* model the request named */
+    ngx_msec_t                  started;        /* ngx_current_msec */
     ngx_str_t                   message;        /* error, redacted, NUL-ended */
     ngx_str_t                   content;
     ngx_str_t                   finish_reason;

@@ -33,6 +33,7 @@
 #include "ngx_http_rlm_module.h"
 #include "ngx_http_rlm_llm.h"
 #include "ngx_http_rlm_conf.h"
+#include "ngx_http_rlm_metrics.h"
 
 
 typedef struct {
@@ -554,6 +555,8 @@ ngx_http_rlm_llm_done(ngx_http_rlm_llm_call_t *call)
     ctx = call->data;
     r = ctx->request;
     c = r->connection;
+
+    ngx_http_rlm_metrics_model_call(call);
 
     if (call->error != NGX_HTTP_RLM_LLM_OK && !ctx->header_sent) {
         status = (call->error == NGX_HTTP_RLM_LLM_ERR_TIMEOUT)

@@ -13,6 +13,7 @@
 
 #include "ngx_http_rlm_loop.h"
 #include "ngx_http_rlm_trajectory.h"
+#include "ngx_http_rlm_metrics.h"
 
 
 #define NGX_HTTP_RLM_LOOP_OP_TIMEOUT   30000
@@ -1746,6 +1747,7 @@ ngx_http_rlm_loop_count(ngx_http_rlm_loop_t *loop,
     tree->calls++;
 
     ngx_http_rlm_loop_count_models(loop, call);
+    ngx_http_rlm_metrics_model_call(call);
 
     /* a call without usage counts in its model's row, with no tokens */
 

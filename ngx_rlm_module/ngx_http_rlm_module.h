@@ -76,6 +76,16 @@ typedef enum {
 #define NGX_HTTP_RLM_HIST_N         11
 
 
+/* what the manager answered to an acquire */
+typedef enum {
+    NGX_HTTP_RLM_ACQUIRE_OK = 0,
+    NGX_HTTP_RLM_ACQUIRE_LIMIT,
+    NGX_HTTP_RLM_ACQUIRE_ERROR,
+    NGX_HTTP_RLM_ACQUIRE_UNREACHABLE,
+    NGX_HTTP_RLM_ACQUIRE_N
+} ngx_http_rlm_acquire_e;
+
+
 /* counters in shared memory, updated with atomic adds */
 typedef struct {
     ngx_atomic_t                sessions_created;
@@ -98,7 +108,59 @@ typedef struct {
     ngx_atomic_t                context_loads;
     ngx_atomic_t                context_bytes;
     ngx_atomic_t                manager_up;
+    ngx_atomic_t                acquires[NGX_HTTP_RLM_ACQUIRE_N];
 } ngx_http_rlm_stats_t;
+
+
+/*
+ * Counters of one model (ngx_http_rlm_metrics.c).  Histograms keep
+ * their buckets apart (not cumulative) and the sum in milliseconds.
+ */
+
+#define NGX_HTTP_RLM_MODELS_MAX      32
+#define NGX_HTTP_RLM_MODEL_NAME_LEN  64
+#define NGX_HTTP_RLM_LHIST_N         13     /* model-call latency buckets */
+#define NGX_HTTP_RLM_CALL_CODES      8      /* ngx_http_rlm_llm_error_e: all */
+#define NGX_HTTP_RLM_CALL_CLASSES    5      /* none, 2xx, 3xx, 4xx, 5xx */
+
+typedef enum {
+    NGX_HTTP_RLM_OUTCOME_STOP = 0,
+    NGX_HTTP_RLM_OUTCOME_LENGTH,
+    NGX_HTTP_RLM_OUTCOME_ERROR,
+    NGX_HTTP_RLM_OUTCOME_N
+} ngx_http_rlm_outcome_e;
+
+typedef struct {
+    ngx_atomic_t                completions[NGX_HTTP_RLM_OUTCOME_N];
+    ngx_atomic_t                completion_hist[NGX_HTTP_RLM_LHIST_N];
+    ngx_atomic_t                completion_ms;
+    ngx_atomic_t                calls[NGX_HTTP_RLM_CALL_CODES]
+                                     [NGX_HTTP_RLM_CALL_CLASSES];
+    ngx_atomic_t                call_hist[NGX_HTTP_RLM_LHIST_N];
+    ngx_atomic_t                call_ms;
+    ngx_atomic_t                prompt_tokens;
+    ngx_atomic_t                completion_tokens;
+    ngx_atomic_t                iterations;
+    ngx_atomic_t                subcalls[2];     /* llm_query, rlm_query */
+} ngx_http_rlm_model_stats_t;
+
+/*
+ * Slots are claimed in order under the zone's mutex and published by
+ * nmodels; readers scan without the lock.  Names that do not fit, or
+ * come once the table is full, count as the model "other".  The lengths
+ * and names lie apart from the counters, so a scan reads a few cache
+ * lines.
+ */
+
+typedef struct {
+    ngx_atomic_t                nmodels;
+    ngx_atomic_t                other_used;
+    size_t                      lens[NGX_HTTP_RLM_MODELS_MAX];
+    u_char                      names[NGX_HTTP_RLM_MODELS_MAX]
+                                     [NGX_HTTP_RLM_MODEL_NAME_LEN];
+    ngx_http_rlm_model_stats_t  stats[NGX_HTTP_RLM_MODELS_MAX];
+    ngx_http_rlm_model_stats_t  other;
+} ngx_http_rlm_models_t;
 
 
 /* the supervisor's memory of manager starts, shared with its children */
@@ -181,6 +243,7 @@ typedef struct {
     ngx_queue_t                 lru;
     ngx_uint_t                  count;
     ngx_http_rlm_stats_t        stats;
+    ngx_http_rlm_models_t       models;
     ngx_http_rlm_super_t        super;
     ngx_queue_t                 spares;    /* pending and ready spares */
     ngx_uint_t                  nspares;

@@ -16,6 +16,7 @@
 
 #include "ngx_http_rlm_module.h"
 #include "ngx_http_rlm_trajectory.h"
+#include "ngx_http_rlm_metrics.h"
 
 
 static void ngx_http_rlm_open_acquired(void *data, json_t *reply,
@@ -166,6 +167,8 @@ ngx_http_rlm_open_acquired(void *data, json_t *reply,
 
     op = pending->caller;
     pool = pending->pool;
+
+    ngx_http_rlm_metrics_acquire(reply);
 
     if (op == NULL) {
         /* the caller is gone: give everything back */

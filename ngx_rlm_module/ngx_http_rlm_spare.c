@@ -23,6 +23,7 @@
 
 
 #include "ngx_http_rlm_module.h"
+#include "ngx_http_rlm_metrics.h"
 
 
 #define NGX_HTTP_RLM_SPARES_MAX        64     /* the directive's bound */
@@ -400,6 +401,8 @@ ngx_http_rlm_spare_acquired(void *data, json_t *reply,
     const char  *code;
 
     pool = op->pool;
+
+    ngx_http_rlm_metrics_acquire(reply);
 
     if (reply && json_is_true(json_object_get(reply, "ok"))
         && ngx_http_rlm_session_activate(op->zone, op->spare, reply)

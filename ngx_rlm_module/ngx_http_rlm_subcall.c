@@ -12,6 +12,7 @@
 
 
 #include "ngx_http_rlm_loop.h"
+#include "ngx_http_rlm_metrics.h"
 
 
 #define NGX_HTTP_RLM_SUBCALL_MARGIN    5000
@@ -394,6 +395,8 @@ ngx_http_rlm_subcall_start_item(ngx_http_rlm_subcall_t *sc,
     loop = sc->loop;
     pr = &it->prompt;
     it->started = ngx_current_msec;
+
+    ngx_http_rlm_metrics_subcall(&sc->model, child);
 
     if (pr->data == NULL) {
         return NGX_ERROR;

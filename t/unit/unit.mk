@@ -59,3 +59,19 @@ $(FUZZ_BUILD)/fuzz_%: t/fuzz/fuzz_%.c $(PARSERS) $(PARSER_HS)
 	@mkdir -p $(FUZZ_BUILD)
 	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined \
 	    -Ingx_rlm_module -o $@ $< $(PARSERS) -ljansson
+
+# what the gateway counters cost per completion, measured alone
+# (bench/metrics_hooks.c), against the configured nginx tree of `make`
+NGX_TREE   ?= build/nginx-src
+build/bench/metrics_hooks: bench/metrics_hooks.c \
+                           ngx_rlm_module/ngx_http_rlm_metrics.c \
+                           ngx_rlm_module/ngx_http_rlm_metrics.h \
+                           ngx_rlm_module/ngx_http_rlm_module.h
+	@mkdir -p build/bench
+	$(UNIT_CC) -O2 -Wall -Werror -Wno-unused-function -no-pie \
+	    -I$(NGX_TREE)/objs -I$(NGX_TREE)/src/core -I$(NGX_TREE)/src/event \
+	    -I$(NGX_TREE)/src/event/modules -I$(NGX_TREE)/src/os/unix \
+	    -I$(NGX_TREE)/src/http -I$(NGX_TREE)/src/http/modules \
+	    -I$(NGX_TREE)/src/http/v2 \
+	    -Ingx_rlm_module -o $@ $< -ljansson -lcurl \
+	    -Wl,--unresolved-symbols=ignore-all
