@@ -58,6 +58,7 @@ _EOC_
     my $config = $block->config // '';
     $block->set_value('config', <<"_EOC_" . $config);
     # no completions location
+    include $Root/conf/policy-server.conf;
 $Completions
 _EOC_
 });
