@@ -25,13 +25,17 @@ my @ulimits = ('--ulimit', 'nofile=16384:16384',
                '--ulimit', 'nproc=16384:16384');
 
 my %runtime = (
-    runc  => { global => [], run => [] },
+    # privileged, as deploy/k8s/statefulset.yaml runs it (why: there)
+    runc  => { global => [], run => ['--privileged'] },
     # gVisor: no network stack for the container here (the sandbox's own
     # netstack needs host setup this VM lacks); everything goes through
     # `podman exec`
+    # runsc refuses --privileged and --cap-add=ALL here; the manager
+    # needs these three (namespaces, /dev nodes, its file limit)
     runsc => { global => ['--runtime=/usr/bin/runsc',
                           '--runtime-flag=network=none'],
-               run    => ['--network=none'] },
+               run    => ['--network=none',
+                          '--cap-add=SYS_ADMIN,MKNOD,SYS_RESOURCE'] },
 );
 
 my @names;
@@ -63,7 +67,8 @@ sub start {
     my $name = "rlm-image-t-$rt-$$-" . scalar(@names);
     push @names, $name;
     my ($rc, $out) = run_cmd(podman($rt, 'run', '-d', '--name', $name,
-                                     '--privileged', @ulimits,
+                                     @ulimits, '-e',
+                                     'RLM_API_KEY=image-t-provider-key',
                                      @{ $runtime{$rt}{run} }, @extra,
                                      $image));
     die "podman run ($rt): $out\n" if $rc;
@@ -128,8 +133,8 @@ sub eval_cell {
 
 sub new_session {
     my ($rt, $name) = @_;
-    my ($status, $body) = http($rt, $name, 'POST', '/v1/sessions');
-    return $status == 200 && $body =~ /"id":"([0-9a-f]+)"/ ? $1 : undef;
+    my ($status, $body) = http($rt, $name, 'POST', '/v1/sessions', '{}');
+    return $status == 201 && $body =~ /"id":"([0-9a-f]+)"/ ? $1 : undef;
 }
 
 # the cgroups layer and the allow directive (gVisor, below)
@@ -137,7 +142,7 @@ my $allow = tempdir('rlm-image-XXXXXX', TMPDIR => 1, CLEANUP => 1);
 chmod 0755, $allow;
 {
     open(my $fh, '>', "$allow/allow.conf") or die "$allow: $!\n";
-    print $fh "rlm_sandbox_allow_missing cgroups;\n";
+    print $fh "rlm_sandbox_allow_missing cgroups root;\n";
     close $fh;
 }
 
@@ -145,23 +150,23 @@ for my $rt (qw(runc runsc)) {
     my @extra;
 
     if ($rt eq 'runsc') {
-        # Without the directive: no start, one message naming the layer.
+        # Without the directive: the manager refuses to start, with one
+        # message naming the missing layers and the directive; nginx keeps
+        # restarting it (with backoff) and /healthz answers 503.
         my $name = start($rt);
-        my $exited = 0;
-        for (1 .. 120) {
-            my ($rc, $state) = run_cmd(podman($rt, 'inspect', '-f',
-                                              '{{.State.Running}}', $name));
-            if ($state !~ /true/) { $exited = 1; last }
+        my ($out, $err);
+        for (1 .. 240) {
+            ($out, $err) = logs($rt, $name);
+            last if $err =~ /refusing/;
             select(undef, undef, undef, 0.5);
         }
-        ok($exited, "$rt: without the directive the container stops");
-        my ($out, $err) = logs($rt, $name);
-        like($err, qr/cgroups.*rlm_sandbox_allow_missing cgroups/,
-             "$rt: the refusal names the layer and the directive")
+        like($err, qr/rlm-sandboxd: jail init: jail layers missing here: cgroups \(.+\), root \(.+\); refusing to run sandboxes without them unless "rlm_sandbox_allow_missing cgroups root;" accepts it/,
+             "$rt: the manager refuses, naming the layers and the directive")
             or diag($err);
-        my ($rc, $code) = run_cmd(podman($rt, 'inspect', '-f',
-                                         '{{.State.ExitCode}}', $name));
-        isnt($code + 0, 0, "$rt: and exits with a failure status");
+        my ($status) = http($rt, $name, 'GET', '/healthz');
+        is($status, 503, "$rt: /healthz says the manager is not there");
+        unlike($err, qr/serving .*control\.sock/,
+               "$rt: the manager never served");
 
         @extra = ('-v', "$allow:/etc/ngx_rlm/conf.d:ro");
     }
@@ -192,24 +197,28 @@ for my $rt (qw(runc runsc)) {
     like($body, qr/"object":"chat\.completion"/, "$rt: a chat.completion");
     like($body, qr/7-4-1-9/, "$rt: the demo model found the code");
 
-    # Sessions kept apart by the manager's jail, also under gVisor: one
-    # session's file, process and uid are not another's; no network; no
-    # new processes; pid 1 of its own namespace.
+    # Sessions kept apart by the manager's jail, also under gVisor: each
+    # is pid 1 of its own namespace, under its own unprivileged uid, in a
+    # working directory no other session can read; no sockets, no fork,
+    # no nginx environment; a forbidden system call kills it.
     my $a = new_session($rt, $name);
     my $b = new_session($rt, $name);
     ($status, $body) = eval_cell($rt, $name, $a,
-        "import os\nopen('/tmp/mine', 'w').write('a')\n"
-        . "print(os.getpid(), os.getuid(), sorted(os.listdir('/tmp')))");
-    like($body, qr/"stdout":"1 (\d+) \['mine'\]\\n"/,
+        "import os\nopen('mine', 'w').write('secret a')\n"
+        . "print(os.getpid(), os.getuid(), os.path.abspath('mine'))");
+    like($body, qr/"stdout":"1 (\d+) (\/\S+)\\n"/,
          "$rt: a session is pid 1 of its own namespace")
         or diag($body);
-    my ($uid_a) = $body =~ /"stdout":"1 (\d+) /;
+    my ($uid_a, $file_a) = $body =~ /"stdout":"1 (\d+) (\S+)\\n"/;
+    $file_a //= '/nonexistent';
     ($status, $body) = eval_cell($rt, $name, $b,
-        "import os\nprint(os.getpid(), os.getuid(), sorted(os.listdir('/tmp')))");
-    like($body, qr/"stdout":"1 \d+ \[\]\\n"/,
-         "$rt: another session sees nothing of the first one's /tmp")
+        "import os\ntry:\n    print(open('$file_a').read())\n"
+        . "except OSError as e:\n    print('refused', type(e).__name__)\n"
+        . "print(os.getpid(), os.getuid(), os.listdir('.'))");
+    like($body, qr/"stdout":"refused \w+\\n1 \d+ \[\]\\n"/,
+         "$rt: another session cannot read the first one's file")
         or diag($body);
-    my ($uid_b) = $body =~ /"stdout":"1 (\d+) /;
+    my ($uid_b) = $body =~ /\\n1 (\d+) /;
     ok(defined $uid_a && defined $uid_b && $uid_a != $uid_b && $uid_a != 0,
        "$rt: each session runs as its own unprivileged uid");
     ($status, $body) = eval_cell($rt, $name, $b,
@@ -220,13 +229,36 @@ for my $rt (qw(runc runsc)) {
     ($status, $body) = eval_cell($rt, $name, $b,
         "import os\ntry:\n    os.fork()\n    print('forked')\n"
         . "except OSError as e:\n    print('refused', e.errno)");
-    like($body, qr/"stdout":"refused 1\\n"/,
-         "$rt: and fork()") or diag($body);
+    like($body, qr/"stdout":"refused 1\\n"/, "$rt: and fork()")
+        or diag($body);
+    # gVisor shows the container's /proc to the sandbox (no mount of its
+    # own), /proc/1/environ included, world-readable: the key must not be
+    # in any process's environment there (nginx overwrites its own with
+    # the process title; rlm-sandboxd starts with an empty one)
     ($status, $body) = eval_cell($rt, $name, $b,
+        "import os\nfound = []\n"
+        . "for p in (os.listdir('/proc') if os.path.isdir('/proc') else []):\n"
+        . "    try:\n"
+        . "        if b'image-t-provider-key' in open('/proc/%s/environ' % p, 'rb').read():\n"
+        . "            found.append(p)\n"
+        . "    except OSError:\n"
+        . "        pass\n"
+        . "print('found', found)");
+    like($body, qr/"stdout":"found \[\]\\n"/,
+         "$rt: the provider key is in no environment the sandbox can read")
+        or diag($body);
+    ($status, $body) = eval_cell($rt, $name, $b,
+        "import ctypes\nctypes.CDLL(None, use_errno=True).unshare(0x10000000)");
+    like($body, qr/"status":"crashed"/,
+         "$rt: a forbidden system call kills the sandbox (seccomp)")
+        or diag($body);
+    # the minimal root (runc), or the chroot of hard links (gVisor)
+    ($status, $body) = eval_cell($rt, $name, $a,
         "import os\nprint(os.path.exists('/usr/sbin/nginx'), "
-        . "os.path.exists('/var/lib/ngx_rlm'), os.path.exists('/proc/1'))");
-    like($body, qr/"stdout":"False False False\\n"/,
-         "$rt: the jail root holds neither nginx nor the prefix nor /proc")
+        . "os.path.exists('/var/lib/ngx_rlm'), os.path.exists('/proc'), "
+        . "os.path.exists('/etc'))");
+    like($body, qr/"stdout":"False False False False\\n"/,
+         "$rt: the sandbox's root holds no nginx, prefix, /proc or /etc")
         or diag($body);
 
     # logs: the error log on stderr, the access log on stdout
