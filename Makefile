@@ -8,6 +8,8 @@
 #   make asan-test    run the suites against the ASan build
 #   make valgrind-test  run the suites with nginx under valgrind memcheck
 #   make fuzz         run the parser fuzzers (FUZZ_SECONDS each)
+#   make image        the OCI image $(IMAGE) with podman (deploy/Containerfile)
+#   make image-test   t/image.t: that image under runc and under gVisor
 #   make npm-deps     npm packages for t/openai_sdk.t and t/deploy_k8s.t
 #                     (build/npm)
 #   make install      install under DESTDIR (PREFIX=/usr), docs/install.md
@@ -56,7 +58,8 @@ TESTS     ?= t/
 
 .PHONY: all deps module sandbox run-prefix run test test-real asan asan-test \
         asan-test-run \
-        valgrind-test fuzz bench-llm clean npm-deps install deb
+        valgrind-test fuzz bench-llm clean npm-deps install deb image \
+        image-test
 
 all: deps module sandbox
 
@@ -102,74 +105,12 @@ RUN_DIR ?= $(B)/run
 # provider: RLM_UPSTREAM_URL unset)
 DEMO_PORT = $(shell echo $$(($(PORT) + 1)))
 
-# With a provider (RLM_UPSTREAM_URL), conf/routes.json of the run prefix
-# routes RLM_MODEL (listed by GET /v1/models) and any other model name to
-# it, with RLM_SUB_MODEL as the model of sub-calls: the policy hands that
-# to the completions location, where a rlm_completion_sub_model at http
-# level would be hidden by the location's `rlm_completion_sub_model
-# $rlm_sub_model;` (empty without a route).
+# conf/run-prefix.sh writes it, from the RLM_* environment (README.md);
+# the container image's entrypoint runs the same script.
 run-prefix:
-	@mkdir -p $(RUN_DIR) && find $(RUN_DIR) -mindepth 1 -maxdepth 1 \
-	    ! -name trajectories -exec rm -rf {} + \
-	 && mkdir -p $(RUN_DIR)/conf $(RUN_DIR)/logs
-	@cp conf/*.conf $(RUN_DIR)/conf/
-	@{ echo 'lua_package_path "$(TOP)/lua/?.lua;;";'; \
-	   echo 'rlm_sandboxd $(B)/bin/rlm-sandboxd;'; \
-	   echo 'rlm_runtime_dir $(abspath $(RUN_DIR))/rt;'; \
-	 } > $(RUN_DIR)/conf/paths.conf
-	@echo "listen 127.0.0.1:$(DEMO_PORT);" > $(RUN_DIR)/conf/demo-listen.conf
-	@cp -R conf/viewer $(RUN_DIR)/viewer
-	@for m in $(LOAD_MODULES); do echo "load_module $$m;"; done \
-	    > $(RUN_DIR)/conf/modules.conf
-	@{ if [ -n "$$RLM_UPSTREAM_URL" ]; then \
-	    echo "rlm_provider upstream \"url=$$RLM_UPSTREAM_URL\"$${RLM_API_KEY:+ key_env=RLM_API_KEY}$${RLM_MODEL:+ \"model=$$RLM_MODEL\"};"; \
-	  else \
-	    echo "rlm_provider demo url=http://127.0.0.1:$(DEMO_PORT)/v1 model=rlm-demo;"; \
-	  fi; } > $(RUN_DIR)/conf/provider.conf
-	@if [ -n "$$RLM_UPSTREAM_URL" ]; then \
-	  q() { printf '"%s"' "$$(printf '%s' "$$1" | sed 's/[\\"]/\\&/g')"; }; \
-	  up='"provider": "upstream"'; now=$$(date +%s); sub=; models=; \
-	  [ -z "$$RLM_SUB_MODEL" ] || sub=", \"sub_model\": $$(q "$$RLM_SUB_MODEL")"; \
-	  [ -z "$$RLM_MODEL" ] || \
-	    models="$$(q "$$RLM_MODEL"): { $$up$$sub, \"created\": $$now }"; \
-	  if [ -n "$$RLM_SUB_MODEL" ] && [ "$$RLM_SUB_MODEL" != "$$RLM_MODEL" ]; then \
-	    models="$${models:+$$models, }$$(q "$$RLM_SUB_MODEL"): { $$up, \"created\": $$now }"; \
-	  fi; \
-	  printf '{ "models": { %s }, "default": { %s } }\n' \
-	      "$$models" "$$up$$sub" \
-	    > $(RUN_DIR)/conf/routes.json; \
-	fi
-	@{ if [ -n "$$RLM_NODE_ID" ]; then \
-	    echo "rlm_node_id $$RLM_NODE_ID;"; \
-	    for n in $$RLM_NODES; do \
-	      echo "upstream rlm_node_$${n%%=*} { server $${n#*=}; keepalive 16; }"; \
-	    done; \
-	  fi; \
-	  if [ -n "$$RLM_NODE_ID" ]; then \
-	    printf '%s' 'init_by_lua_block { require("rlm.cluster").configure{ nodes = "'; \
-	    for n in $$RLM_NODES; do printf '%s' "$${n%%=*}=rlm_node_$${n%%=*} "; done; \
-	    printf '%s' '", probe = "'; \
-	    for n in $$RLM_NODES; do printf '%s' "$$n "; done; \
-	    echo '" }'; \
-	    echo 'require("rlm.policy").configure{'; \
-	  else \
-	    echo 'init_by_lua_block { require("rlm.policy").configure{'; \
-	  fi; \
-	  echo '    -- rlm_context_max_size and the 1 MiB the completions'; \
-	  echo '    -- handler allows on top: a bigger Content-Length is'; \
-	  echo '    -- refused before the body is read'; \
-	  echo '    body_max = (256 + 1) * 1024 * 1024,'; \
-	  if [ -z "$$RLM_UPSTREAM_URL" ]; then \
-	    echo '    routes_file = "$(TOP)/conf/routes.json",'; \
-	  else \
-	    echo '    routes_file = "$(abspath $(RUN_DIR))/conf/routes.json",'; \
-	  fi; \
-	  if [ -n "$$RLM_KEYS_FILE" ]; then \
-	    echo "    keys_file = \"$$(realpath "$$RLM_KEYS_FILE")\","; \
-	  fi; \
-	  echo '} }'; } > $(RUN_DIR)/conf/policy-setup.conf
-	@if [ -n "$$RLM_KEYS_FILE" ]; then echo "listen $(PORT);"; \
-	 else echo "listen 127.0.0.1:$(PORT);"; fi > $(RUN_DIR)/conf/listen.conf
+	@TOP=$(TOP) BUILD=$(B) RUN_DIR=$(RUN_DIR) PORT=$(PORT) \
+	    DEMO_PORT=$(DEMO_PORT) LOAD_MODULES="$(LOAD_MODULES)" \
+	    sh conf/run-prefix.sh
 
 run: all run-prefix
 	@echo "ngx_rlm: serving on http://127.0.0.1:$(PORT)/ (Ctrl-C stops)"
@@ -239,6 +180,30 @@ $(NPM_DIR)/puppeteer-core-$(PUPPETEER_NPM).stamp: | deps \
 	else \
 	    echo "ngx_rlm: no npm: t/viewer.t will be skipped" >&2; \
 	fi
+
+# The OCI image (docs/deploy.md, "Image"): a Debian 12 base made with
+# debootstrap from this machine's apt mirror and kept in build/image
+# (deploy/image/base.sh), then deploy/Containerfile with the runtime
+# packages and this build, staged in build/image/ctx.  Podman here needs
+# the cgroupfs manager (no systemd session).
+IMAGE     ?= localhost/ngx-rlm:latest
+PODMAN    ?= podman --cgroup-manager=cgroupfs
+IMG_DIR   := $(TOP)/build/image
+
+image: all
+	sh deploy/image/base.sh $(IMG_DIR) $(PODMAN)
+	rm -rf $(IMG_DIR)/ctx
+	mkdir -p $(IMG_DIR)/ctx/lib/bin $(IMG_DIR)/ctx/share
+	cp $(MODULE) $(IMG_DIR)/ctx/lib/
+	cp $(B)/bin/rlm-sandboxd $(B)/bin/rlm-sandboxctl $(IMG_DIR)/ctx/lib/bin/
+	cp -r lua conf $(IMG_DIR)/ctx/share/
+	cp deploy/image/entrypoint.sh $(IMG_DIR)/ctx/
+	$(PODMAN) build --quiet --network=host -f deploy/Containerfile \
+	    -t $(IMAGE) $(IMG_DIR)/ctx
+
+# t/image.t skips unless RLM_IMAGE names an image (as here)
+image-test:
+	RLM_IMAGE=$(IMAGE) PODMAN="$(PODMAN)" prove -I t/lib -I t t/image.t
 
 asan:
 	$(MAKE) SAN=1 all

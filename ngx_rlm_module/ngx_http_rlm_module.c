@@ -56,6 +56,13 @@ static ngx_conf_num_bounds_t  ngx_http_rlm_pids_bounds = {
     ngx_http_rlm_check_bounds, 1, 65536
 };
 
+/* the jail's layers that may be missing where they cannot work */
+static ngx_conf_bitmask_t  ngx_http_rlm_jail_layers[] = {
+    { ngx_string("cgroups"), NGX_HTTP_RLM_JAIL_CGROUPS },
+    { ngx_string("root"), NGX_HTTP_RLM_JAIL_ROOT },
+    { ngx_null_string, 0 }
+};
+
 static ngx_conf_num_bounds_t  ngx_http_rlm_queue_bounds = {
     ngx_http_rlm_check_bounds, 1, 65536
 };
@@ -176,6 +183,14 @@ static ngx_command_t  ngx_http_rlm_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_rlm_main_conf_t, sandbox_pids),
       &ngx_http_rlm_pids_bounds },
+
+    /* jail layers the manager may run without (gVisor: docs/deploy.md) */
+    { ngx_string("rlm_sandbox_allow_missing"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_1MORE,
+      ngx_conf_set_bitmask_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_rlm_main_conf_t, allow_missing),
+      &ngx_http_rlm_jail_layers },
 
     { ngx_string("rlm_output_max"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,

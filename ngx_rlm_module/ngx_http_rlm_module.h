@@ -256,6 +256,11 @@ typedef struct {
 } ngx_http_rlm_zone_t;
 
 
+/* jail layers rlm_sandbox_allow_missing lets the manager run without */
+#define NGX_HTTP_RLM_JAIL_CGROUPS   0x0002
+#define NGX_HTTP_RLM_JAIL_ROOT      0x0004
+
+
 typedef struct {
     ngx_str_t                   sandboxd;          /* manager executable */
     ngx_str_t                   sandboxd_socket;   /* external manager */
@@ -275,6 +280,7 @@ typedef struct {
     ngx_msec_t                  cell_timeout;
     size_t                      sandbox_memory;
     ngx_uint_t                  sandbox_pids;
+    ngx_uint_t                  allow_missing;     /* NGX_HTTP_RLM_JAIL_* */
     size_t                      output_max;
     size_t                      answer_max;
     size_t                      state_max;

@@ -569,6 +569,18 @@ ngx_http_rlm_supervisor_argv(ngx_cycle_t *cycle,
     args[n++] = (char *) limits[3];
     args[n++] = "--output-bytes";
     args[n++] = (char *) limits[4];
+
+    /* rlm_sandbox_allow_missing: the manager refuses to start otherwise */
+    if (rmcf->allow_missing & NGX_HTTP_RLM_JAIL_CGROUPS) {
+        args[n++] = "--allow-missing";
+        args[n++] = "cgroups";
+    }
+
+    if (rmcf->allow_missing & NGX_HTTP_RLM_JAIL_ROOT) {
+        args[n++] = "--allow-missing";
+        args[n++] = "root";
+    }
+
     args[n] = NULL;
 
     /* one allocation: the pointer array, then the strings */

@@ -844,6 +844,11 @@ rlm_cgroup_destroy(rlm_jail_conf_t *conf, const char *name)
     int   rc, v2;
     char  dir[RLM_CG_PATH];
 
+    if (conf->cgroup_version == RLM_CGROUP_NONE) {
+        /* running without cgroups (rlm_sandbox_allow_missing) */
+        return 0;
+    }
+
     v2 = (conf->cgroup_version == RLM_CGROUP_V2);
     rc = 0;
 
@@ -887,6 +892,11 @@ rlm_cgroup_oom_killed(rlm_jail_conf_t *conf, const char *name)
     char        dir[RLM_CG_PATH], buf[2048], *p;
     const char  *file;
 
+    if (conf->cgroup_version == RLM_CGROUP_NONE) {
+        /* running without cgroups (rlm_sandbox_allow_missing) */
+        return 0;
+    }
+
     if (rlm_cg_dir(dir, sizeof(dir), conf->cg_memory, name) != 0) {
         return -1;
     }
@@ -918,6 +928,11 @@ rlm_cgroup_count(rlm_jail_conf_t *conf, const char *name)
     int      count;
     char     dir[RLM_CG_PATH], buf[8192], *p;
     ssize_t  n;
+
+    if (conf->cgroup_version == RLM_CGROUP_NONE) {
+        errno = ENOTSUP;
+        return -1;
+    }
 
     if (rlm_cg_dir(dir, sizeof(dir), conf->cg_memory, name) != 0) {
         return -1;
@@ -955,6 +970,11 @@ rlm_cgroup_kill(rlm_jail_conf_t *conf, const char *name)
     int      count;
     char     dir[RLM_CG_PATH], buf[8192], *p, *end;
     long     pid;
+
+    if (conf->cgroup_version == RLM_CGROUP_NONE) {
+        /* running without cgroups (rlm_sandbox_allow_missing) */
+        return 0;
+    }
 
     if (rlm_cg_dir(dir, sizeof(dir), conf->cg_memory, name) != 0
         || dir[0] == '\0')
@@ -1002,6 +1022,11 @@ rlm_cgroup_cpu_usage(rlm_jail_conf_t *conf, const char *name,
     char        dir[RLM_CG_PATH], buf[1024], *p, *end;
     uint64_t    v;
     const char  *parent, *file;
+
+    if (conf->cgroup_version == RLM_CGROUP_NONE) {
+        errno = ENOTSUP;
+        return -1;
+    }
 
     if (conf->cgroup_version == RLM_CGROUP_V2) {
         parent = conf->cg_memory;
@@ -1053,6 +1078,10 @@ void
 rlm_cgroup_cleanup(rlm_jail_conf_t *conf)
 {
     int  v2;
+
+    if (conf->cgroup_version == RLM_CGROUP_NONE) {
+        return;
+    }
 
     v2 = (conf->cgroup_version == RLM_CGROUP_V2);
 

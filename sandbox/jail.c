@@ -25,6 +25,8 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <ftw.h>
 #include <unistd.h>
 
 #include "jail.h"
@@ -51,6 +53,13 @@ static unsigned rlm_jail_hash(const char *s);
 static int rlm_jail_is_kept(int fd, const int *keep, int nkeep);
 static int rlm_jail_mkdirs(char *path, size_t skip, mode_t mode);
 static int rlm_jail_build_template(rlm_jail_conf_t *conf);
+static int rlm_jail_setns_works(int nstype, const char *own_path);
+static void rlm_jail_refuse(rlm_jail_conf_t *conf, const char *why_cg,
+    const char *why_root, char *err, size_t errlen);
+static int rlm_jail_shared_root(rlm_jail_conf_t *conf, const char *name);
+static int rlm_jail_build_linked_root(rlm_jail_conf_t *conf);
+static void rlm_jail_shared_root_release(rlm_jail_conf_t *conf,
+    const char *name);
 static int rlm_jail_make_netns(rlm_jail_conf_t *conf, char *err,
     size_t errlen);
 static int rlm_jail_bind(rlm_jail_conf_t *conf, const char *src,
@@ -194,7 +203,7 @@ int
 rlm_jail_init(rlm_jail_conf_t *conf, char *err, size_t errlen)
 {
     int   fd;
-    char  buf[32];
+    char  buf[32], why_cg[RLM_JAIL_ERRLEN], why_root[RLM_JAIL_ERRLEN];
 
     if ((size_t) snprintf(conf->root_dir, sizeof(conf->root_dir),
                           "%s/jail-root", conf->runtime_dir)
@@ -233,14 +242,34 @@ rlm_jail_init(rlm_jail_conf_t *conf, char *err, size_t errlen)
         }
     }
 
+    /*
+     * gVisor (runsc) makes network namespaces but cannot setns() into
+     * one: then each sandbox unshares a namespace of its own instead of
+     * joining the shared one (slower to create, as empty).
+     */
+    if (conf->use_netns == RLM_JAIL_NETNS_SHARED && conf->netns_fd == -1
+        && !rlm_jail_setns_works(CLONE_NEWNET, "/proc/self/ns/net"))
+    {
+        conf->use_netns = RLM_JAIL_NETNS_PRIVATE;
+    }
+
+    /* the same for pid namespaces: then clone() makes the child in one */
+    conf->pidns_clone = !rlm_jail_setns_works(CLONE_NEWPID,
+                                              "/proc/self/ns/pid");
+
     if (conf->use_netns == RLM_JAIL_NETNS_SHARED && conf->netns_fd == -1
         && rlm_jail_make_netns(conf, err, errlen) != 0)
     {
         return -1;
     }
 
-    if (rlm_cgroup_init(conf, err, errlen) != 0) {
-        return -1;
+    conf->missing = 0;
+    why_cg[0] = '\0';
+    why_root[0] = '\0';
+
+    if (rlm_cgroup_init(conf, why_cg, sizeof(why_cg)) != 0) {
+        conf->cgroup_version = RLM_CGROUP_NONE;
+        conf->missing |= RLM_JAIL_LAYER_CGROUPS;
     }
 
     /*
@@ -254,10 +283,22 @@ rlm_jail_init(rlm_jail_conf_t *conf, char *err, size_t errlen)
 
     if (!conf->template_ready) {
         if (rlm_jail_build_template(conf) != 0) {
-            snprintf(err, errlen, "jail root: %s", conf->err);
-            return -1;
+            snprintf(why_root, sizeof(why_root), "%s", conf->err);
+            conf->missing |= RLM_JAIL_LAYER_ROOT;
         }
         conf->template_ready = 1;
+    }
+
+    if (conf->missing & ~conf->allow_missing) {
+        rlm_jail_refuse(conf, why_cg, why_root, err, errlen);
+        return -1;
+    }
+
+    if ((conf->missing & RLM_JAIL_LAYER_ROOT)
+        && rlm_jail_build_linked_root(conf) != 0)
+    {
+        snprintf(err, errlen, "jail root of hard links: %s", conf->err);
+        return -1;
     }
 
     if (conf->bpf == NULL && rlm_seccomp_build(conf, err, errlen) != 0) {
@@ -265,6 +306,72 @@ rlm_jail_init(rlm_jail_conf_t *conf, char *err, size_t errlen)
     }
 
     return 0;
+}
+
+
+/*
+ * One message for every layer that is missing and not allowed, naming
+ * each and the directive that would accept running without it.
+ */
+
+static void
+rlm_jail_refuse(rlm_jail_conf_t *conf, const char *why_cg,
+    const char *why_root, char *err, size_t errlen)
+{
+    int       both;
+    char      cg[RLM_JAIL_ERRLEN + 16], root[RLM_JAIL_ERRLEN + 16];
+    unsigned  refused;
+
+    refused = conf->missing & ~conf->allow_missing;
+    both = (refused == (RLM_JAIL_LAYER_CGROUPS | RLM_JAIL_LAYER_ROOT));
+
+    cg[0] = '\0';
+    root[0] = '\0';
+
+    if (refused & RLM_JAIL_LAYER_CGROUPS) {
+        snprintf(cg, sizeof(cg), "cgroups (%s)%s", why_cg, both ? ", " : "");
+    }
+
+    if (refused & RLM_JAIL_LAYER_ROOT) {
+        snprintf(root, sizeof(root), "root (%s)", why_root);
+    }
+
+    snprintf(err, errlen,
+             "jail layer%s missing here: %s%s; refusing to run sandboxes "
+             "without %s unless \"rlm_sandbox_allow_missing%s%s;\" "
+             "accepts it", both ? "s" : "", cg, root, both ? "them" : "it",
+             (refused & RLM_JAIL_LAYER_CGROUPS) ? " cgroups" : "",
+             (refused & RLM_JAIL_LAYER_ROOT) ? " root" : "");
+}
+
+
+/*
+ * Whether a process can setns() back into its own namespace of this type
+ * after unsharing one: not in gVisor (runsc), for net and pid.
+ */
+
+static int
+rlm_jail_setns_works(int nstype, const char *own_path)
+{
+    int    own, status;
+    pid_t  pid;
+
+    pid = fork();
+
+    if (pid == 0) {
+        own = open(own_path, O_RDONLY | O_CLOEXEC);
+        if (own == -1 || unshare(nstype) != 0) {
+            /* not our question: the real attempt says why */
+            _exit(0);
+        }
+        _exit(setns(own, nstype) == 0 ? 0 : 1);
+    }
+
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        return 1;
+    }
+
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 
@@ -330,7 +437,9 @@ rlm_jail_fork(rlm_jail_conf_t *conf, const char *name,
         return -1;
     }
 
-    if (rlm_cgroup_create(conf, name, limits, err, sizeof(err)) != 0) {
+    if (conf->cgroup_version != RLM_CGROUP_NONE
+        && rlm_cgroup_create(conf, name, limits, err, sizeof(err)) != 0)
+    {
         snprintf(conf->err, sizeof(conf->err), "%s", err);
         return -1;
     }
@@ -345,6 +454,30 @@ rlm_jail_fork(rlm_jail_conf_t *conf, const char *name,
     }
 
     conf->fork_count++;
+
+    if (conf->pidns_clone) {
+        /*
+         * A raw clone() into a new pid namespace, where setns() back
+         * cannot work (gVisor).  glibc's fork bookkeeping is skipped: the
+         * manager is single-threaded here, so no lock is held, and glibc
+         * asks the kernel for the tid where it matters (raise()).
+         */
+        pid = (pid_t) syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, NULL, NULL,
+                              NULL, NULL);
+        saved = errno;
+
+        if (pid == -1) {
+            (void) rlm_cgroup_destroy(conf, name);
+            errno = saved;
+            return -1;
+        }
+
+        if (pid > 0) {
+            return pid;
+        }
+
+        goto child;
+    }
 
     if (unshare(CLONE_NEWPID) != 0) {
         saved = errno;
@@ -375,7 +508,11 @@ rlm_jail_fork(rlm_jail_conf_t *conf, const char *name,
         return pid;
     }
 
+child:
+
     /* child: pid 1 of its namespace, still root with the host's view */
+
+    snprintf(conf->name, sizeof(conf->name), "%s", name);
 
     (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
 
@@ -389,7 +526,9 @@ rlm_jail_fork(rlm_jail_conf_t *conf, const char *name,
         goto failed;
     }
 
-    if (rlm_cgroup_join(conf, name) != 0) {
+    if (conf->cgroup_version != RLM_CGROUP_NONE
+        && rlm_cgroup_join(conf, name) != 0)
+    {
         rlm_jail_fail(conf, "joining cgroup %s", name);
         goto failed;
     }
@@ -599,6 +738,10 @@ rlm_jail_build_root(rlm_jail_conf_t *conf, const rlm_jail_limits_t *limits)
              "uid=%u,gid=%u", mb, mb * 64 + 64, (unsigned) conf->run_uid,
              (unsigned) conf->run_gid);
 
+    if (conf->missing & RLM_JAIL_LAYER_ROOT) {
+        return rlm_jail_shared_root(conf, conf->name);
+    }
+
     if (mount("rlm-tmp", dst, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
               opts) != 0)
     {
@@ -701,6 +844,218 @@ rlm_jail_data_limit(const rlm_jail_limits_t *limits, rlim_t data_now)
 }
 
 
+/*
+ * Without the minimal root (rlm_sandbox_allow_missing root), where mounts
+ * cannot be kept to one mount namespace (gVisor 2022: unshare(CLONE_NEWNS)
+ * succeeds but mounts still show in the parent, and pivot_root and bind
+ * mounts fail), the manager mounts nothing.  It builds the same tree in
+ * <runtime_dir>/jail-root out of hard links to the files of the ro_binds
+ * (no copy; the files stay root's and read-only to sandboxes), their
+ * symbolic links, /lib-style top-level links, the five /dev nodes and a
+ * /tmp nobody can list (0711).  A sandbox chroot()s into it (and loses
+ * CAP_SYS_CHROOT with the rest) and works in /tmp/<name>, mode 0700, its
+ * own uid; rlm_jail_release() removes that.  No /proc, /etc or /var is
+ * in there.  The directory has no size limit but RLIMIT_FSIZE per file.
+ */
+
+static rlm_jail_conf_t  *rlm_jail_linking;
+
+
+static int
+rlm_jail_link_entry(const char *path, const struct stat *st, int flag,
+    struct FTW *ftw)
+{
+    char     dst[PATH_MAX], target[PATH_MAX];
+    ssize_t  n;
+
+    (void) ftw;
+
+    if ((size_t) snprintf(dst, sizeof(dst), "%s%s",
+                          rlm_jail_linking->root_dir, path)
+        >= sizeof(dst))
+    {
+        return 0;
+    }
+
+    switch (flag) {
+
+    case FTW_D:
+        if (mkdir(dst, st->st_mode & 0755) != 0 && errno != EEXIST) {
+            return -1;
+        }
+        break;
+
+    case FTW_F:
+        if (link(path, dst) != 0 && errno != EEXIST) {
+            return -1;
+        }
+        break;
+
+    case FTW_SL:
+        n = readlink(path, target, sizeof(target) - 1);
+        if (n > 0) {
+            target[n] = '\0';
+            if (symlink(target, dst) != 0 && errno != EEXIST) {
+                return -1;
+            }
+        }
+        break;
+
+    default:
+        /* unreadable directories and the like: left out */
+        break;
+    }
+
+    return 0;
+}
+
+
+static int
+rlm_jail_build_linked_root(rlm_jail_conf_t *conf)
+{
+    unsigned     i;
+    ssize_t      n;
+    char         dst[PATH_MAX], target[PATH_MAX], *slash;
+    struct stat  st;
+
+    static const char  *top_links[] = { "/lib", "/lib64", "/bin", "/sbin",
+                                        NULL };
+
+    rlm_jail_linking = conf;
+
+    for (i = 0; i < conf->nro_binds; i++) {
+        if (stat(conf->ro_binds[i], &st) != 0) {
+            continue;
+        }
+
+        /* the parents of the tree, owned by root, 0755 */
+        snprintf(dst, sizeof(dst), "%s%s", conf->root_dir,
+                 conf->ro_binds[i]);
+        slash = strrchr(dst, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            if (rlm_jail_mkdirs(dst, strlen(conf->root_dir), 0755) != 0) {
+                return rlm_jail_fail(conf, "mkdir %s", dst);
+            }
+        }
+
+        if (nftw(conf->ro_binds[i], rlm_jail_link_entry, 8, FTW_PHYS)
+            != 0)
+        {
+            return rlm_jail_fail(conf, "hard links of %s",
+                                 conf->ro_binds[i]);
+        }
+    }
+
+    for (i = 0; top_links[i] != NULL; i++) {
+        n = readlink(top_links[i], target, sizeof(target) - 1);
+        if (n <= 0) {
+            continue;
+        }
+        target[n] = '\0';
+        snprintf(dst, sizeof(dst), "%s%s", conf->root_dir, top_links[i]);
+        if (symlink(target, dst) != 0 && errno != EEXIST) {
+            return rlm_jail_fail(conf, "symlink %s", dst);
+        }
+    }
+
+    /*
+     * The device nodes on a tmpfs of their own (gVisor's gofer root takes
+     * no nodes); this mount is seen outside our namespace there, which is
+     * harmless: it is our own directory.
+     */
+    snprintf(dst, sizeof(dst), "%s/dev", conf->root_dir);
+    if ((mkdir(dst, 0755) != 0 && errno != EEXIST)
+        || mount("rlm-dev", dst, "tmpfs", MS_NOSUID | MS_NOEXEC,
+                 "size=16k,mode=0755") != 0)
+    {
+        return rlm_jail_fail(conf, "tmpfs on %s", dst);
+    }
+
+    for (i = 0; rlm_jail_devices[i].name != NULL; i++) {
+        snprintf(dst, sizeof(dst), "%s/dev/%s", conf->root_dir,
+                 rlm_jail_devices[i].name);
+
+        if (mknod(dst, S_IFCHR | 0666, makedev(1, rlm_jail_devices[i].minor))
+            != 0 && errno != EEXIST)
+        {
+            return rlm_jail_fail(conf, "mknod %s", dst);
+        }
+
+        (void) chmod(dst, 0666);
+    }
+
+    snprintf(dst, sizeof(dst), "%s/tmp", conf->root_dir);
+    if ((mkdir(dst, 0711) != 0 && errno != EEXIST) || chmod(dst, 0711) != 0)
+    {
+        return rlm_jail_fail(conf, "mkdir %s", dst);
+    }
+
+    return 0;
+}
+
+
+static int
+rlm_jail_shared_root(rlm_jail_conf_t *conf, const char *name)
+{
+    char  dir[PATH_MAX];
+
+    if ((size_t) snprintf(dir, sizeof(dir), "%s/tmp/%s", conf->root_dir,
+                          name)
+        >= sizeof(dir))
+    {
+        errno = ENAMETOOLONG;
+        return rlm_jail_fail(conf, "private dir");
+    }
+
+    if ((mkdir(dir, 0700) != 0 && errno != EEXIST)
+        || chown(dir, conf->run_uid, conf->run_gid) != 0
+        || chmod(dir, 0700) != 0)
+    {
+        return rlm_jail_fail(conf, "private dir %s", dir);
+    }
+
+    if (chroot(conf->root_dir) != 0) {
+        return rlm_jail_fail(conf, "chroot %s", conf->root_dir);
+    }
+
+    snprintf(dir, sizeof(dir), "/tmp/%s", name);
+
+    if (chdir(dir) != 0) {
+        return rlm_jail_fail(conf, "chdir %s", dir);
+    }
+
+    return 0;
+}
+
+
+static int
+rlm_jail_rm_entry(const char *path, const struct stat *st, int flag,
+    struct FTW *ftw)
+{
+    (void) st;
+    (void) ftw;
+
+    (void) ((flag == FTW_DP) ? rmdir(path) : unlink(path));
+
+    return 0;
+}
+
+
+static void
+rlm_jail_shared_root_release(rlm_jail_conf_t *conf, const char *name)
+{
+    char  dir[PATH_MAX];
+
+    if ((size_t) snprintf(dir, sizeof(dir), "%s/tmp/%s", conf->root_dir,
+                          name)
+        < sizeof(dir))
+    {
+        (void) nftw(dir, rlm_jail_rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    }
+}
+
+
 static int
 rlm_jail_rlimits(rlm_jail_conf_t *conf, const rlm_jail_limits_t *limits,
     rlim_t data_now)
@@ -773,6 +1128,14 @@ rlm_jail_rlimits(rlm_jail_conf_t *conf, const rlm_jail_limits_t *limits,
         rl.rlim_max = table[i].value;
 
         if (setrlimit(table[i].resource, &rl) != 0) {
+            /*
+             * gVisor (2022) refuses RLIMIT_MSGQUEUE; the seccomp filter
+             * kills on mq_open() anyway, so that one limit is a spare.
+             */
+            if (table[i].resource == RLIMIT_MSGQUEUE && errno == EPERM) {
+                continue;
+            }
+
             return rlm_jail_fail(conf, "setrlimit %s", table[i].name);
         }
     }
@@ -963,11 +1326,16 @@ rlm_jail_enter_fds(rlm_jail_conf_t *conf, const rlm_jail_limits_t *limits,
         return -1;
     }
 
-    if (sethostname(conf->hostname, strlen(conf->hostname)) != 0
-        || setdomainname("", 0) != 0)
-    {
+    if (sethostname(conf->hostname, strlen(conf->hostname)) != 0) {
         return rlm_jail_fail(conf, "sethostname");
     }
+
+    /*
+     * gVisor (2022) refuses every setdomainname() with ENAMETOOLONG: the
+     * sandbox then keeps the container's NIS domain name, in a uts
+     * namespace of its own all the same.
+     */
+    (void) setdomainname("", 0);
 
     if (rlm_jail_rlimits(conf, limits, data_now) != 0) {
         return -1;
@@ -1024,6 +1392,10 @@ rlm_jail_release(rlm_jail_conf_t *conf, const char *name)
     if (!rlm_jail_name_ok(name)) {
         errno = EINVAL;
         return -1;
+    }
+
+    if (conf->missing & RLM_JAIL_LAYER_ROOT) {
+        rlm_jail_shared_root_release(conf, name);
     }
 
     return rlm_cgroup_destroy(conf, name);

@@ -122,6 +122,14 @@
 #define RLM_JAIL_NETNS_PRIVATE   2
 #define RLM_JAIL_ERRLEN          256
 
+/*
+ * Layers of the jail a manager may be told to run without, where the
+ * kernel (or a gVisor sentry) cannot give them: rlm_jail_init() refuses
+ * to start when one is missing unless allow_missing names it.
+ */
+#define RLM_JAIL_LAYER_CGROUPS   0x01    /* memory, pids, cpu cgroups */
+#define RLM_JAIL_LAYER_ROOT      0x02    /* the minimal pivot_root root */
+
 /* default credentials: one uid per sandbox from a range, see uid_base */
 #define RLM_JAIL_UID_BASE        1500000000u
 #define RLM_JAIL_UID_RANGE       65536u
@@ -180,6 +188,17 @@ typedef struct {
      */
     int                    use_netns;
 
+    /*
+     * RLM_JAIL_LAYER_* bits that may be missing.  Without cgroups a
+     * sandbox keeps its rlimits (AS, NPROC under its own uid, CPU) but
+     * has no memory, pids or CPU cgroup.  Without the minimal root it
+     * keeps the host's root filesystem, read as its unprivileged uid,
+     * and works in a private directory (jail.c, rlm_jail_shared_root()).
+     * rlm_jail_init() sets missing.
+     */
+    unsigned               allow_missing;
+    unsigned               missing;
+
     /* filled by rlm_jail_init() */
 
     rlm_cgroup_version_e   cgroup_version;
@@ -196,10 +215,12 @@ typedef struct {
     void                  *bpf;             /* struct sock_fprog * */
     int                    cap_last;        /* highest capability number */
     int                    pidns_fd;        /* our own pid namespace */
+    int                    pidns_clone;     /* no setns() back: clone() */
     int                    netns_fd;        /* the shared empty netns */
     int                    template_ready;  /* jail root template built */
 
     char                   err[RLM_JAIL_ERRLEN];  /* child-side errors */
+    char                   name[64];        /* child: its sandbox name */
 } rlm_jail_conf_t;
 
 

@@ -104,6 +104,36 @@ rlm_join(char *dst, size_t len, const char *a, const char *b)
 }
 
 
+/* "cgroups,root" -> RLM_JAIL_LAYER_* bits */
+
+static int
+rlm_parse_layers(const char *s, unsigned *out)
+{
+    size_t  n;
+
+    while (*s != '\0') {
+        n = strcspn(s, ",");
+
+        if (n == 7 && strncmp(s, "cgroups", n) == 0) {
+            *out |= RLM_JAIL_LAYER_CGROUPS;
+
+        } else if (n == 4 && strncmp(s, "root", n) == 0) {
+            *out |= RLM_JAIL_LAYER_ROOT;
+
+        } else {
+            return -1;
+        }
+
+        s += n;
+        if (*s == ',') {
+            s++;
+        }
+    }
+
+    return 0;
+}
+
+
 static void
 rlm_usage(FILE *f)
 {
@@ -126,6 +156,8 @@ rlm_usage(FILE *f)
 "  --uid-range N          one uid per sandbox from a range of N (65536;\n"
 "                         0: all run as 65534)\n"
 "  --cgroup-name NAME     parent cgroup name (derived from runtime dir)\n"
+"  --allow-missing L,...  run without these jail layers where they cannot\n"
+"                         work (gVisor): cgroups, root (refused without)\n"
 "  --ready-fd N           write one byte to fd N once serving\n"
 "  --keep-on-orphan       keep running when the parent process dies\n"
 "  --foreground           stay attached, log to stderr (always the case)\n"
@@ -210,7 +242,7 @@ enum {
     OPT_RUNTIME = 256, OPT_POOL, OPT_MAX_SB, OPT_MAX_MEM, OPT_OWNER,
     OPT_ALLOW, OPT_CPU, OPT_WALL, OPT_MEM, OPT_PIDS, OPT_OUTPUT, OPT_TMPFS,
     OPT_SCPU, OPT_BLOB, OPT_UIDRANGE, OPT_CGNAME, OPT_READY, OPT_ORPHAN,
-    OPT_FG, OPT_VERBOSE, OPT_HELP
+    OPT_FG, OPT_VERBOSE, OPT_HELP, OPT_MISSING
 };
 
 
@@ -234,6 +266,7 @@ rlm_parse_args(int argc, char **argv, rlm_conf_t *conf)
         { "max-blob-mb", required_argument, NULL, OPT_BLOB },
         { "uid-range", required_argument, NULL, OPT_UIDRANGE },
         { "cgroup-name", required_argument, NULL, OPT_CGNAME },
+        { "allow-missing", required_argument, NULL, OPT_MISSING },
         { "ready-fd", required_argument, NULL, OPT_READY },
         { "keep-on-orphan", no_argument, NULL, OPT_ORPHAN },
         { "foreground", no_argument, NULL, OPT_FG },
@@ -295,6 +328,12 @@ rlm_parse_args(int argc, char **argv, rlm_conf_t *conf)
                 rlm_fatal("too many --allow-module");
             }
             conf->allow[conf->nallow++] = optarg;
+            break;
+
+        case OPT_MISSING:
+            if (rlm_parse_layers(optarg, &conf->jail.allow_missing) != 0) {
+                rlm_fatal("--allow-missing takes cgroups and/or root");
+            }
             break;
 
         case OPT_CGNAME:
@@ -565,6 +604,15 @@ main(int argc, char **argv)
     if (rlm_jail_init(&conf->jail, err, sizeof(err)) != 0) {
         rlm_log("jail init: %s", err);
         return 1;
+    }
+
+    if (conf->jail.missing) {
+        rlm_log("running without the jail's%s%s, as "
+                "rlm_sandbox_allow_missing allows",
+                (conf->jail.missing & RLM_JAIL_LAYER_CGROUPS)
+                    ? " cgroups" : "",
+                (conf->jail.missing & RLM_JAIL_LAYER_ROOT)
+                    ? " minimal root" : "");
     }
 
     /* before CPython: the helper stays a small process */

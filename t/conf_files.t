@@ -23,7 +23,8 @@ my $run = tempdir('rlm-conf-XXXXXX', TMPDIR => 1, CLEANUP => 1);
 
 # what make run serves without any of its settings from the environment
 delete @ENV{qw( RLM_UPSTREAM_URL RLM_API_KEY RLM_MODEL RLM_SUB_MODEL
-                RLM_KEYS_FILE )};
+                RLM_KEYS_FILE RLM_ROUTES_FILE RLM_LISTEN RLM_CONF_D
+                RLM_NODE_ID RLM_NODES )};
 
 system('make', '-s', '-C', $top, "BUILD=$build", "RUN_DIR=$run",
        'PORT=19801', 'run-prefix') == 0

@@ -254,3 +254,25 @@ POST /metrics
 --- error_code: 405
 --- response_body_like chomp
 "code":"method_not_allowed"
+
+
+
+=== TEST 21: rlm_sandbox_allow_missing takes the jail's layer names
+--- http_config
+    rlm_sandbox_allow_missing cgroups root;
+--- config
+    location = /metrics { rlm_metrics; }
+--- request
+GET /metrics
+--- response_body_like chomp
+^# HELP rlm_manager_up
+
+
+
+=== TEST 22: rlm_sandbox_allow_missing refuses any other name
+--- http_config
+    rlm_sandbox_allow_missing mounts;
+--- config
+--- must_die
+--- error_log
+invalid value "mounts"

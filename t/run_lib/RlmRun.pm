@@ -81,7 +81,8 @@ sub make_prefix {
 
     local %ENV = %ENV;
     delete @ENV{qw( RLM_UPSTREAM_URL RLM_API_KEY RLM_MODEL RLM_SUB_MODEL
-                    RLM_KEYS_FILE )};
+                    RLM_KEYS_FILE RLM_ROUTES_FILE RLM_LISTEN RLM_CONF_D
+                    RLM_NODE_ID RLM_NODES )};
     @ENV{keys %env} = values %env;
 
     system('make', '-s', '-C', $Top, "BUILD=$Build", "RUN_DIR=$run",
