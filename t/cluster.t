@@ -362,11 +362,28 @@ for my $n (1 .. 4) {
 
 RlmRun::start_nginx($run[$owner], $port[$owner]);
 
-my $gone = eval_at($port[$other[0]], $sid, 'print(x)');
+# the other nodes see it back at their next probe (once a second): until
+# then they answer 503 node_unavailable with Retry-After, as for any
+# node marked down
+my $gone;
+for (1 .. 30) {
+    $gone = eval_at($port[$other[0]], $sid, 'print(x)');
+    last unless $gone->{status} == 503
+                && RlmRun::error_code($gone) eq 'node_unavailable';
+    select(undef, undef, undef, 0.5);
+}
 is($gone->{status}, 404, 'owner back: its old session is gone (404)')
     or diag($gone->{body});
 is(RlmRun::error_code($gone), 'session_not_found',
    '... session_not_found, the owner\'s answer through the forward');
+
+# and the third node too, before the front sends to every node
+for (1 .. 30) {
+    my $r = eval_at($port[$other[1]], $sid, 'print(x)');
+    last unless $r->{status} == 503
+                && RlmRun::error_code($r) eq 'node_unavailable';
+    select(undef, undef, undef, 0.5);
+}
 
 my $n2 = at($port[$owner], 'POST', '/v1/sessions', '{}');
 is($n2->{status}, 201, 'owner back: makes sessions');
