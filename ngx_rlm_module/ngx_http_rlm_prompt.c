@@ -48,6 +48,8 @@ ngx_str_t  ngx_http_rlm_default_system_prompt = ngx_string(
 "you have not seen printed: wait for the next turn to see it.");
 
 
+static json_t *ngx_http_rlm_prompt_after(ngx_http_rlm_loop_t *loop,
+    json_t *feedback, const char *text, const char *tail);
 static void ngx_http_rlm_prompt_describe(ngx_http_rlm_loop_t *loop,
     json_t *ctx, ngx_str_t *out);
 static void ngx_http_rlm_prompt_shape(ngx_http_rlm_json_shape_t *sh,
@@ -125,9 +127,6 @@ json_t *
 ngx_http_rlm_prompt_turn(ngx_http_rlm_loop_t *loop, json_t *feedback)
 {
     char        head[160];
-    size_t      i, len;
-    json_t     *msg, *item;
-    u_char     *p, *s;
     ngx_uint_t  next;
 
     next = loop->iterations + 1;
@@ -143,31 +142,7 @@ ngx_http_rlm_prompt_turn(ngx_http_rlm_loop_t *loop, json_t *feedback)
                      "ready.%Z", next, loop->max_iterations);
     }
 
-    len = ngx_strlen(head) + 2;
-
-    json_array_foreach(feedback, i, item) {
-        len += json_string_length(item) + 2;
-    }
-
-    p = ngx_pnalloc(loop->pool, len);
-    if (p == NULL) {
-        return NULL;
-    }
-
-    s = p;
-
-    json_array_foreach(feedback, i, item) {
-        s = ngx_cpymem(s, json_string_value(item), json_string_length(item));
-        *s++ = '\n';
-        *s++ = '\n';
-    }
-
-    s = ngx_cpymem(s, head, ngx_strlen(head));
-
-    msg = json_pack("{s:s, s:s%}", "role", "user",
-                    "content", (char *) p, (size_t) (s - p));
-
-    return msg;
+    return ngx_http_rlm_prompt_after(loop, feedback, head, "");
 }
 
 
@@ -266,21 +241,33 @@ json_t *
 ngx_http_rlm_prompt_stopped(ngx_http_rlm_loop_t *loop, json_t *feedback,
     const char *why)
 {
-    static const char  tail[] = " No more code will run. Reply now with "
-                                "your best final answer to the query, as "
-                                "plain text, without code.";
+    return ngx_http_rlm_prompt_after(loop, feedback, why,
+                                     " No more code will run. Reply now "
+                                     "with your best final answer to the "
+                                     "query, as plain text, without code.");
+}
 
+
+/*
+ * A user message: each block's output of the turn (feedback), a blank
+ * line after each, then the two texts.
+ */
+
+static json_t *
+ngx_http_rlm_prompt_after(ngx_http_rlm_loop_t *loop, json_t *feedback,
+    const char *text, const char *tail)
+{
     size_t   i, len;
     json_t  *item;
     u_char  *p, *s;
 
-    len = ngx_strlen(why) + sizeof(tail);
+    len = ngx_strlen(text) + ngx_strlen(tail);
 
     json_array_foreach(feedback, i, item) {
         len += json_string_length(item) + 2;
     }
 
-    p = ngx_pnalloc(loop->pool, len);
+    p = ngx_pnalloc(loop->pool, len + 1);
     if (p == NULL) {
         return NULL;
     }
@@ -293,19 +280,13 @@ ngx_http_rlm_prompt_stopped(ngx_http_rlm_loop_t *loop, json_t *feedback,
         *s++ = '\n';
     }
 
-    s = ngx_cpymem(s, why, ngx_strlen(why));
-    s = ngx_cpymem(s, tail, sizeof(tail) - 1);
+    s = ngx_cpymem(s, text, ngx_strlen(text));
+    s = ngx_cpymem(s, tail, ngx_strlen(tail));
 
     return json_pack("{s:s, s:s%}", "role", "user",
                      "content", (char *) p, (size_t) (s - p));
 }
 
-
-/*
- * One block's output as the model sees it: a header with the status, what
- * it printed, its error; cut to block_output_max characters with a
- * marker saying how much was left out.
- */
 
 json_t *
 ngx_http_rlm_prompt_block_output(ngx_http_rlm_loop_t *loop, ngx_uint_t n,
