@@ -110,6 +110,19 @@ is(RlmRun::error_code($one), 'model_not_found', '... code model_not_found');
 is(ref $one->{json} eq 'HASH' && $one->{json}{error}{param}, 'model',
    '... param "model"');
 
+# --- fields the endpoint does not implement, through the Lua policy -------
+
+for my $f ([ tools => [ { type => 'function',
+                          function => { name => 'f' } } ] ],
+           [ logprobs => JSON::PP::true ], [ n => 2 ]) {
+    my $r = api('POST', '/v1/chat/completions', encode_json({
+        model => 'script:root', $f->[0] => $f->[1],
+        messages => [ { role => 'user', content => 'go' } ] }));
+    is($r->{status}, 400, "$f->[0]: 400");
+    is(ref $r->{json} eq 'HASH' && $r->{json}{error}{param}, $f->[0],
+       "$f->[0]: param names it");
+}
+
 # --- X-Request-Id -------------------------------------------------------------
 
 # every answer carries one, the access log the same; a client's sane id
