@@ -243,7 +243,8 @@ asan-test-run: all npm-deps
 
 # A CI-sized sanitizer pass: a few suites that go through every layer
 # (HTTP API, completions loop with sub-calls, cells, supervision, the
-# sandbox manager on its own), about 5 minutes here.
+# sandbox manager on its own): 7 minutes on a 2-core box shared with
+# other builds (load average 20-30), less on an idle one.
 ASAN_QUICK ?= t/rlm_loop.t t/api_eval.t t/api_sessions.t t/rlm_calls.t \
               t/module_supervision.t t/sandbox/control.t
 
