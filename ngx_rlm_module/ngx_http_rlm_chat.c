@@ -37,6 +37,24 @@ typedef struct {
 } ngx_http_rlm_chat_loc_conf_t;
 
 
+/* what value of an unsupported OpenAI field asks for nothing */
+typedef enum {
+    NGX_HTTP_RLM_PARAM_NULL = 0,        /* null only */
+    NGX_HTTP_RLM_PARAM_FALSE,           /* null or false */
+    NGX_HTTP_RLM_PARAM_BOOLEAN,         /* null, true or false */
+    NGX_HTTP_RLM_PARAM_NONE,            /* null or "none" */
+    NGX_HTTP_RLM_PARAM_ZERO,            /* null or 0 */
+    NGX_HTTP_RLM_PARAM_TEXT_FORMAT,     /* null or {"type": "text"} */
+    NGX_HTTP_RLM_PARAM_TEXT_ONLY        /* null or ["text"] */
+} ngx_http_rlm_param_harmless_e;
+
+
+typedef struct {
+    const char                     *name;
+    ngx_http_rlm_param_harmless_e   harmless;
+} ngx_http_rlm_chat_param_t;
+
+
 
 
 static void *ngx_http_rlm_chat_create_loc_conf(ngx_conf_t *cf);
@@ -52,6 +70,10 @@ static json_t *ngx_http_rlm_chat_load(ngx_http_rlm_chat_t *chat,
     ngx_str_t *body, json_error_t *jerr);
 static ngx_int_t ngx_http_rlm_chat_parse(ngx_http_request_t *r,
     ngx_http_rlm_chat_t *chat, json_t *req);
+static ngx_int_t ngx_http_rlm_chat_params(ngx_http_rlm_chat_t *chat,
+    json_t *req);
+static ngx_uint_t ngx_http_rlm_chat_harmless(json_t *v,
+    ngx_http_rlm_param_harmless_e harmless);
 static ngx_int_t ngx_http_rlm_chat_id(ngx_http_request_t *r, ngx_str_t *id);
 static ngx_int_t ngx_http_rlm_chat_text(json_t *content, ngx_pool_t *pool,
     ngx_str_t *out);
@@ -288,6 +310,39 @@ static const char  *ngx_http_rlm_chat_sampling[] = {
     "temperature", "top_p", "seed", "stop", "presence_penalty",
     "frequency_penalty", "logit_bias", "user", "reasoning_effort",
     "service_tier", NULL
+};
+
+
+/*
+ * OpenAI fields this endpoint does not implement.  Each is refused with
+ * a 400 naming it unless its value is one that asks for nothing
+ * (null, or the API's default): the answer never looks as if it honoured
+ * a field it ignored.
+ */
+
+static ngx_http_rlm_chat_param_t  ngx_http_rlm_chat_unsupported[] = {
+    { "tools", NGX_HTTP_RLM_PARAM_NULL },
+    { "tool_choice", NGX_HTTP_RLM_PARAM_NONE },
+    { "parallel_tool_calls", NGX_HTTP_RLM_PARAM_BOOLEAN },
+    { "functions", NGX_HTTP_RLM_PARAM_NULL },
+    { "function_call", NGX_HTTP_RLM_PARAM_NONE },
+    { "logprobs", NGX_HTTP_RLM_PARAM_FALSE },
+    { "top_logprobs", NGX_HTTP_RLM_PARAM_ZERO },
+    { "response_format", NGX_HTTP_RLM_PARAM_TEXT_FORMAT },
+    { "audio", NGX_HTTP_RLM_PARAM_NULL },
+    { "modalities", NGX_HTTP_RLM_PARAM_TEXT_ONLY },
+    { "prediction", NGX_HTTP_RLM_PARAM_NULL },
+    { "web_search_options", NGX_HTTP_RLM_PARAM_NULL },
+    { "store", NGX_HTTP_RLM_PARAM_FALSE },
+    { "metadata", NGX_HTTP_RLM_PARAM_NULL },
+    { NULL, 0 }
+};
+
+
+/* the other fields the endpoint reads (besides the sampling ones) */
+static const char  *ngx_http_rlm_chat_known[] = {
+    "model", "messages", "context", "rlm", "stream", "stream_options",
+    "n", "max_tokens", "max_completion_tokens", NULL
 };
 
 
@@ -781,6 +836,12 @@ ngx_http_rlm_chat_parse(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat,
 
     loop->query = query;
 
+    rc = ngx_http_rlm_chat_params(chat, req);
+
+    if (rc != NGX_OK) {
+        return (rc == NGX_ERROR) ? NGX_HTTP_INTERNAL_SERVER_ERROR : rc;
+    }
+
     v = json_object_get(req, "model");
 
     if (v && !json_is_string(v)) {
@@ -909,6 +970,134 @@ ngx_http_rlm_chat_parse(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat,
     }
 
     return ngx_http_rlm_chat_id(r, &chat->id);
+}
+
+
+/*
+ * Every top-level field is one the endpoint reads, forwards or refuses
+ * by name: an unknown one (a typo, or an API feature newer than this
+ * server) is a 400 "unknown_parameter", a known one it does not
+ * implement a 400 "unsupported_parameter", both naming it in "param".
+ * NGX_DECLINED: the answer went out.
+ */
+
+static ngx_int_t
+ngx_http_rlm_chat_params(ngx_http_rlm_chat_t *chat, json_t *req)
+{
+    u_char                     *msg, *p;
+    json_t                     *v;
+    const char                 *key, **f;
+    ngx_uint_t                  sane;
+    ngx_http_rlm_chat_param_t  *u;
+
+    json_object_foreach(req, key, v) {
+
+        for (f = ngx_http_rlm_chat_known; *f; f++) {
+            if (ngx_strcmp(key, *f) == 0) {
+                break;
+            }
+        }
+
+        if (*f) {
+            continue;
+        }
+
+        for (f = ngx_http_rlm_chat_sampling; *f; f++) {
+            if (ngx_strcmp(key, *f) == 0) {
+                break;
+            }
+        }
+
+        if (*f) {
+            continue;
+        }
+
+        msg = ngx_pnalloc(chat->request->pool, 160);
+        if (msg == NULL) {
+            return NGX_ERROR;
+        }
+
+        for (u = ngx_http_rlm_chat_unsupported; u->name; u++) {
+            if (ngx_strcmp(key, u->name) == 0) {
+                break;
+            }
+        }
+
+        if (u->name) {
+            if (ngx_http_rlm_chat_harmless(v, u->harmless)) {
+                continue;
+            }
+
+            ngx_sprintf(msg, "'%s' is not supported by this server: send "
+                        "the request without it%Z", u->name);
+
+            (void) ngx_http_rlm_chat_bad(chat, "unsupported_parameter",
+                                         u->name, (char *) msg);
+            return NGX_DECLINED;
+        }
+
+        /* a name is echoed only if it is short, printable ASCII */
+
+        sane = (ngx_strlen(key) <= 64);
+
+        for (p = (u_char *) key; sane && *p; p++) {
+            sane = (*p > 0x20 && *p < 0x7f && *p != '\\' && *p != '\'');
+        }
+
+        if (sane) {
+            ngx_sprintf(msg, "Unrecognized request argument supplied: "
+                        "'%s'%Z", key);
+
+        } else {
+            ngx_sprintf(msg, "Unrecognized request argument supplied%Z");
+        }
+
+        (void) ngx_http_rlm_chat_bad(chat, "unknown_parameter",
+                                     sane ? key : NULL, (char *) msg);
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_uint_t
+ngx_http_rlm_chat_harmless(json_t *v, ngx_http_rlm_param_harmless_e harmless)
+{
+    const char  *type;
+
+    if (json_is_null(v)) {
+        return 1;
+    }
+
+    switch (harmless) {
+
+    case NGX_HTTP_RLM_PARAM_FALSE:
+        return json_is_false(v);
+
+    case NGX_HTTP_RLM_PARAM_BOOLEAN:
+        return json_is_boolean(v);
+
+    case NGX_HTTP_RLM_PARAM_NONE:
+        return json_is_string(v) && ngx_strcmp(json_string_value(v), "none")
+                                    == 0;
+
+    case NGX_HTTP_RLM_PARAM_ZERO:
+        return json_is_integer(v) && json_integer_value(v) == 0;
+
+    case NGX_HTTP_RLM_PARAM_TEXT_FORMAT:
+        type = json_string_value(json_object_get(v, "type"));
+        return json_is_object(v) && json_object_size(v) == 1
+               && type != NULL && ngx_strcmp(type, "text") == 0;
+
+    case NGX_HTTP_RLM_PARAM_TEXT_ONLY:
+        type = json_string_value(json_array_get(v, 0));
+        return json_is_array(v) && json_array_size(v) == 1
+               && type != NULL && ngx_strcmp(type, "text") == 0;
+
+    default:
+        return 0;
+    }
 }
 
 

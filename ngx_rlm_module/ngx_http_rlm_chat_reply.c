@@ -19,6 +19,10 @@ static json_t *ngx_http_rlm_chat_extension(ngx_http_rlm_chat_t *chat);
 static json_t *ngx_http_rlm_chat_chunk(ngx_http_rlm_chat_t *chat);
 
 
+/* "system_fingerprint": the server build that answered */
+#define NGX_HTTP_RLM_FINGERPRINT  "ngx_rlm-" NGX_HTTP_RLM_VERSION
+
+
 void
 ngx_http_rlm_chat_done(ngx_http_rlm_loop_t *loop)
 {
@@ -96,15 +100,17 @@ ngx_http_rlm_chat_answer(ngx_http_rlm_chat_t *chat)
     loop = &chat->loop;
 
     if (!chat->stream) {
-        doc = json_pack("{s:s%, s:s, s:I, s:s%, s:[{s:i, s:{s:s, s:s%},"
-                        " s:s}], s:o, s:o}",
+        doc = json_pack("{s:s%, s:s, s:I, s:s%, s:s, s:[{s:i, s:{s:s, s:s%,"
+                        " s:n}, s:n, s:s}], s:o, s:o}",
                         "id", chat->id.data, chat->id.len,
                         "object", "chat.completion",
                         "created", (json_int_t) chat->created,
                         "model", chat->model.data, chat->model.len,
+                        "system_fingerprint", NGX_HTTP_RLM_FINGERPRINT,
                         "choices", "index", 0, "message",
                         "role", "assistant",
                         "content", loop->answer.data, loop->answer.len,
+                        "refusal", "logprobs",
                         "finish_reason", loop->finish_reason,
                         "usage", ngx_http_rlm_loop_usage(&chat->tree),
                         "rlm", ngx_http_rlm_chat_extension(chat));
@@ -216,15 +222,30 @@ ngx_http_rlm_chat_extension(ngx_http_rlm_chat_t *chat)
 }
 
 
+/*
+ * A chunk as OpenAI sends it: logprobs null in the choice and, when the
+ * client asked for a usage chunk, "usage": null in every chunk before it.
+ */
+
 static json_t *
 ngx_http_rlm_chat_chunk(ngx_http_rlm_chat_t *chat)
 {
-    return json_pack("{s:s%, s:s, s:I, s:s%, s:[{s:i, s:{}, s:n}]}",
-                     "id", chat->id.data, chat->id.len,
-                     "object", "chat.completion.chunk",
-                     "created", (json_int_t) chat->created,
-                     "model", chat->model.data, chat->model.len,
-                     "choices", "index", 0, "delta", "finish_reason");
+    json_t  *ev;
+
+    ev = json_pack("{s:s%, s:s, s:I, s:s%, s:s, s:[{s:i, s:{}, s:n, s:n}]}",
+                   "id", chat->id.data, chat->id.len,
+                   "object", "chat.completion.chunk",
+                   "created", (json_int_t) chat->created,
+                   "model", chat->model.data, chat->model.len,
+                   "system_fingerprint", NGX_HTTP_RLM_FINGERPRINT,
+                   "choices", "index", 0, "delta", "logprobs",
+                   "finish_reason");
+
+    if (ev && chat->include_usage) {
+        json_object_set_new(ev, "usage", json_null());
+    }
+
+    return ev;
 }
 
 
@@ -314,6 +335,8 @@ ngx_http_rlm_chat_headers(ngx_http_rlm_chat_t *chat, ngx_uint_t stream)
                         json_string("assistant"));
     json_object_set_new(json_object_get(choice, "delta"), "content",
                         json_string(""));
+    json_object_set_new(json_object_get(choice, "delta"), "refusal",
+                        json_null());
 
     rc = ngx_http_rlm_send_sse(chat->request, ev, NULL, 0);
     json_decref(ev);

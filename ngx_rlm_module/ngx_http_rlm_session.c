@@ -345,7 +345,11 @@ ngx_http_rlm_session_link_locked(ngx_http_rlm_zone_t *z,
     s->created = ngx_time();
     s->last_used = s->created;
     s->owner_len = owner->len;
-    ngx_memcpy(s->owner, owner->data, owner->len);
+
+    /* no owner is an empty ngx_str_t, whose data may be NULL */
+    if (owner->len) {
+        ngx_memcpy(s->owner, owner->data, owner->len);
+    }
 
     ngx_rbtree_insert(&z->sh->rbtree, &s->node);
     ngx_queue_insert_head(&z->sh->lru, &s->lru);

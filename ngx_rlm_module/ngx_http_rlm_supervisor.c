@@ -629,7 +629,10 @@ ngx_http_rlm_supervisor_free_conf(ngx_http_rlm_super_conf_t *sc)
 /*
  * Runs in the master's freshly forked child, which becomes rlm-sandboxd.
  * Nothing of nginx survives the exec: signals back to defaults, only
- * stdin (/dev/null), stdout (/dev/null) and stderr (the error log).
+ * stdin (/dev/null), stdout (/dev/null) and stderr (the error log), an
+ * environment of PATH and LANG, plus the sanitizer settings nginx was
+ * started with (as rlm-sandboxctl passes them), so that an instrumented
+ * manager reports where the sanitizer run looks (make asan-test).
  */
 
 static void
@@ -638,15 +641,27 @@ ngx_http_rlm_supervisor_proc(ngx_cycle_t *cycle, void *data)
     ngx_http_rlm_super_conf_t  *sc = data;
 
     int          fd, sig;
+    char        *envp[6];
     sigset_t     set;
+    ngx_uint_t   i, n;
     ngx_msec_t   delay;
     ngx_fd_t     log_fd;
 
-    static char  *envp[] = {
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "LANG=C.UTF-8",
-        NULL
-    };
+    envp[0] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
+              "/sbin:/bin";
+    envp[1] = "LANG=C.UTF-8";
+    n = 2;
+
+    for (i = 0; environ[i] != NULL && n < 5; i++) {
+        if (ngx_strncmp(environ[i], "ASAN_OPTIONS=", 13) == 0
+            || ngx_strncmp(environ[i], "UBSAN_OPTIONS=", 14) == 0
+            || ngx_strncmp(environ[i], "LSAN_OPTIONS=", 13) == 0)
+        {
+            envp[n++] = environ[i];
+        }
+    }
+
+    envp[n] = NULL;
 
     for (sig = 1; sig < NSIG; sig++) {
         (void) signal(sig, SIG_DFL);

@@ -3,7 +3,10 @@
  * ngx_rlm: Recursive Language Models served by nginx.
  *
  * Variables for access logs: $rlm_session_id, $rlm_cell_status,
- * $rlm_sandbox_ms.
+ * $rlm_sandbox_ms, and $rlm_request_id: the client's X-Request-Id when it
+ * is a sane token, else nginx's $request_id, so the id an answer's
+ * X-Request-Id header carries (add_header ... $rlm_request_id) is the one
+ * the logs show.
  */
 
 
@@ -22,7 +25,15 @@ static ngx_int_t ngx_http_rlm_completion_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_rlm_node_id_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_rlm_request_id_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_rlm_empty_variable(ngx_http_variable_value_t *v);
+
+
+/* the longest client id taken as is; a longer one is replaced */
+#define NGX_HTTP_RLM_REQUEST_ID_MAX  128
+
+static ngx_int_t  ngx_http_rlm_request_id_index = NGX_ERROR;
 
 
 static ngx_http_variable_t  ngx_http_rlm_vars[] = {
@@ -56,6 +67,10 @@ static ngx_http_variable_t  ngx_http_rlm_vars[] = {
     { ngx_string("rlm_node_id"), NULL,
       ngx_http_rlm_node_id_variable, 0, 0, 0 },
 
+    /* cacheable: evaluated once, the header and the logs agree */
+    { ngx_string("rlm_request_id"), NULL,
+      ngx_http_rlm_request_id_variable, 0, 0, 0 },
+
       ngx_http_null_variable
 };
 
@@ -63,6 +78,7 @@ static ngx_http_variable_t  ngx_http_rlm_vars[] = {
 ngx_int_t
 ngx_http_rlm_add_variables(ngx_conf_t *cf)
 {
+    ngx_str_t             name = ngx_string("request_id");
     ngx_http_variable_t  *var, *v;
 
     for (v = ngx_http_rlm_vars; v->name.len; v++) {
@@ -74,6 +90,95 @@ ngx_http_rlm_add_variables(ngx_conf_t *cf)
         var->get_handler = v->get_handler;
         var->data = v->data;
     }
+
+    /* indexed, so that $request_id too is computed once per request */
+
+    ngx_http_rlm_request_id_index = ngx_http_get_variable_index(cf, &name);
+    if (ngx_http_rlm_request_id_index == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * $rlm_request_id: X-Request-Id from the client if it is 1 to 128 of
+ * [A-Za-z0-9._:-] (nothing that could split a log line or a header),
+ * else $request_id (32 hex digits).
+ */
+
+static ngx_int_t
+ngx_http_rlm_request_id_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char                     *p, *end;
+    ngx_uint_t                  i;
+    ngx_list_part_t            *part;
+    ngx_table_elt_t            *h;
+    ngx_http_variable_value_t  *id;
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len != sizeof("X-Request-Id") - 1
+            || ngx_strncasecmp(h[i].key.data, (u_char *) "X-Request-Id",
+                               sizeof("X-Request-Id") - 1)
+               != 0)
+        {
+            continue;
+        }
+
+        if (h[i].value.len == 0
+            || h[i].value.len > NGX_HTTP_RLM_REQUEST_ID_MAX)
+        {
+            break;
+        }
+
+        end = h[i].value.data + h[i].value.len;
+
+        for (p = h[i].value.data; p < end; p++) {
+            if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
+                  || (*p >= '0' && *p <= '9') || *p == '.' || *p == '_'
+                  || *p == ':' || *p == '-'))
+            {
+                break;
+            }
+        }
+
+        if (p < end) {
+            break;
+        }
+
+        v->data = h[i].value.data;
+        v->len = h[i].value.len;
+        v->valid = 1;
+        v->no_cacheable = 0;
+        v->not_found = 0;
+
+        return NGX_OK;
+    }
+
+    id = ngx_http_get_indexed_variable(r, ngx_http_rlm_request_id_index);
+
+    if (id == NULL || id->not_found) {
+        return ngx_http_rlm_empty_variable(v);
+    }
+
+    *v = *id;
+    v->no_cacheable = 0;
 
     return NGX_OK;
 }

@@ -471,7 +471,11 @@ sub kill_node {
     my $pid = RlmRun::slurp("$run[$i]/logs/nginx.pid") // '';
     ($pid) = $pid =~ /^(\d+)/ or die "node $i: no pid\n";
 
-    my @kids = map { /(\d+)/ ? $1 : () } `ps -o pid= --ppid $pid`;
+    # (ps hangs with the ASan runtime preloaded, as make asan-test does)
+    my @kids = do {
+        delete local $ENV{LD_PRELOAD};
+        map { /(\d+)/ ? $1 : () } `ps -o pid= --ppid $pid`;
+    };
     my @mgr = grep { (RlmRun::slurp("/proc/$_/comm") // '') =~ /sandboxd/ }
               @kids;
     my %mgr = map { $_ => 1 } @mgr;

@@ -97,6 +97,65 @@ is(scalar(grep { ($_->{object} // '') ne 'model' }
           @{ ($l->{json} || {})->{data} || [] }), 0,
    '... each an object "model"');
 
+# GET /v1/models/{id}: the model's object, or 404 model_not_found
+my $one = api('GET', '/v1/models/script:sub');
+is($one->{status}, 200, '/v1/models/script:sub: 200') or diag($one->{body});
+is_deeply([ map { ($one->{json} || {})->{$_} } qw(id object) ],
+          [ 'script:sub', 'model' ], '... the model\'s object');
+
+$one = api('GET', '/v1/models/no-such-model');
+is($one->{status}, 404, '/v1/models/no-such-model: 404');
+is(RlmRun::envelope_problem($one), '', '... error envelope');
+is(RlmRun::error_code($one), 'model_not_found', '... code model_not_found');
+is(ref $one->{json} eq 'HASH' && $one->{json}{error}{param}, 'model',
+   '... param "model"');
+
+# --- fields the endpoint does not implement, through the Lua policy -------
+
+for my $f ([ tools => [ { type => 'function',
+                          function => { name => 'f' } } ] ],
+           [ logprobs => JSON::PP::true ], [ n => 2 ]) {
+    my $r = api('POST', '/v1/chat/completions', encode_json({
+        model => 'script:root', $f->[0] => $f->[1],
+        messages => [ { role => 'user', content => 'go' } ] }));
+    is($r->{status}, 400, "$f->[0]: 400");
+    is(ref $r->{json} eq 'HASH' && $r->{json}{error}{param}, $f->[0],
+       "$f->[0]: param names it");
+}
+
+# --- X-Request-Id -------------------------------------------------------------
+
+# every answer carries one, the access log the same; a client's sane id
+# is kept, anything else replaced
+like($c->{headers}{'x-request-id'} // '', qr/^[0-9a-f]{32}$/,
+     'completion: a generated X-Request-Id');
+like($one->{headers}{'x-request-id'} // '', qr/^[0-9a-f]{32}$/,
+     'an error answer: X-Request-Id');
+
+my $rid = api('GET', '/v1/models', undef,
+              { 'X-Request-Id' => 'client-7f3a.b:c_d' });
+is($rid->{headers}{'x-request-id'}, 'client-7f3a.b:c_d',
+   'a client\'s X-Request-Id is echoed');
+
+my $nope = api('GET', '/v1/nope', undef,
+               { 'X-Request-Id' => 'two words' });
+like($nope->{headers}{'x-request-id'} // '', qr/^[0-9a-f]{32}$/,
+     'an id with a space is replaced');
+is($nope->{status}, 404, 'an unknown URL under /v1: 404');
+is(RlmRun::envelope_problem($nope), '', '... error envelope');
+
+my $gen = $nope->{headers}{'x-request-id'} // 'none';
+my $logged = '';
+for (1 .. 50) {             # the access log is written after the answer
+    $logged = do { local (@ARGV, $/) = ("$run/logs/access.log"); <> } // '';
+    last if index($logged, "id=$gen") >= 0;
+    select(undef, undef, undef, 0.1);
+}
+like($logged, qr{"GET /v1/models HTTP/1\.0" 200 .* id=client-7f3a\.b:c_d$}m,
+     'the access log shows the client\'s id');
+like($logged, qr{"GET /v1/nope HTTP/1\.0" 404 .* id=\Q$gen\E$}m,
+     '... and the generated one the answer carried');
+
 # --- trajectories -----------------------------------------------------------
 
 SKIP: {

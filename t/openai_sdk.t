@@ -77,7 +77,8 @@ $ENV{RLM_TEST_KEY} = 'sk-provider-7c1e5a90-SERVER-SIDE';
 
 if (Test::Nginx::Socket->can('register_sections')) {
     Test::Nginx::Socket::register_sections(qw( sdk sdk_base sdk_transport
-                                                sdk_key endpoint ));
+                                                sdk_key sdk_request_id
+                                                endpoint ));
 }
 
 # Run the SDK script against this block's nginx; its output (and exit
@@ -107,7 +108,8 @@ sub wait_manager {
 }
 
 sub run_sdk ($) {
-    my ($base, $params, $transport, $key) = @{ $SdkCalls[$_[0]] };
+    my ($base, $params, $transport, $key, $request_id)
+        = @{ $SdkCalls[$_[0]] };
     my $url = 'http://127.0.0.1:' . server_port() . $base;
     my $out = '';
 
@@ -116,6 +118,9 @@ sub run_sdk ($) {
     local $ENV{NODE_PATH} = $Modules;
     local $ENV{RLM_SDK_TRANSPORT} = $transport;
     local $ENV{RLM_SDK_API_KEY} = $key;
+    # the RLM endpoint's blocks also print the fields of OpenAI's shapes
+    local $ENV{RLM_SDK_SHAPES} = $Rlm[$_[0]] ? '1' : '0';
+    local $ENV{RLM_SDK_REQUEST_ID} = $request_id // '';
 
     # stderr goes into the output, so a crash shows in the body diff;
     # coreutils timeout: a hung SDK call must not hang the suite;
@@ -168,6 +173,9 @@ _EOC_
 
     my $config = $block->config // '';
     $block->set_value('config', <<"_EOC_" . <<'_EOC_' . $config);
+    # as conf/rlm.conf does: every answer names its request
+    add_header X-Request-Id \$rlm_request_id always;
+
     location = /v1/chat/completions { $endpoint }
 _EOC_
     location = /mock/v1/chat/completions {
@@ -203,8 +211,10 @@ _EOC_
         my $base = $block->sdk_base // '/v1';
         my $transport = $block->sdk_transport // 'fetch';
         my $key = $block->sdk_key // 'sk-client-side-key';
+        my $request_id = $block->sdk_request_id;
         chomp($base, $transport, $key);
-        push @SdkCalls, [ $base, $params, $transport, $key ];
+        chomp $request_id if defined $request_id;
+        push @SdkCalls, [ $base, $params, $transport, $key, $request_id ];
         $Rlm[$#SdkCalls] = $rlm;
         $block->set_value('init', "main::run_sdk($#SdkCalls);");
         if (!defined $block->request && !defined $block->request_eval) {
@@ -552,6 +562,10 @@ role "assistant"
 content "the secret word is tangerine"
 finish_reason "stop"
 usage \{"prompt_tokens":\d+,"completion_tokens":\d+,"total_tokens":\d+\}
+_request_id "[0-9a-f]{32}"
+system_fingerprint "ngx_rlm-\d+\.\d+\.\d+"
+logprobs null
+refusal null
 result "ok"
 exit 0
 
@@ -577,6 +591,10 @@ deltas \["the secret word is quince"\]
 content "the secret word is quince"
 finish_reason "stop"
 usage \{"prompt_tokens":\d+,"completion_tokens":\d+,"total_tokens":\d+\}
+x-request-id "[0-9a-f]{32}"
+system_fingerprints \["ngx_rlm-\d+\.\d+\.\d+"\]
+choice logprobs \[null\]
+chunk usage \["null","null","null","usage"\]
 result "ok"
 exit 0
 
@@ -594,3 +612,143 @@ status 400
 type "invalid_request_error"
 code "invalid_value"
 param "n"
+error.message "only n = 1 is supported"
+message "400 only n = 1 is supported"
+request_id "[0-9a-f]{32}"
+error content-type "application/json"
+exit 0
+
+
+
+=== TEST 15: the RLM endpoint refuses tools by name: unsupported_parameter, param "tools"
+--- endpoint: rlm_completions;
+--- sdk
+{"model": "rlm-demo",
+ "messages": [{"role": "user", "content": "q"}],
+ "tools": [{"type": "function",
+            "function": {"name": "f", "parameters": {"type": "object"}}}]}
+--- response_body
+result "error"
+class "BadRequestError"
+status 400
+type "invalid_request_error"
+code "unsupported_parameter"
+param "tools"
+error.message "'tools' is not supported by this server: send the request without it"
+message "400 'tools' is not supported by this server: send the request without it"
+request_id "sdk-req-15.a:b_c"
+error content-type "application/json"
+exit 0
+--- sdk_request_id: sdk-req-15.a:b_c
+
+
+
+=== TEST 16: logprobs: true is refused, never answered without logprobs
+--- endpoint: rlm_completions;
+--- sdk
+{"model": "rlm-demo", "logprobs": true, "top_logprobs": 2,
+ "messages": [{"role": "user", "content": "q"}]}
+--- response_body_like
+result "error"
+class "BadRequestError"
+status 400
+type "invalid_request_error"
+code "unsupported_parameter"
+param "(logprobs|top_logprobs)"
+
+
+
+=== TEST 17: response_format json_schema is refused
+--- endpoint: rlm_completions;
+--- sdk
+{"model": "rlm-demo",
+ "response_format": {"type": "json_schema",
+                     "json_schema": {"name": "x", "schema": {"type": "object"}}},
+ "messages": [{"role": "user", "content": "q"}]}
+--- response_body_like
+class "BadRequestError"
+status 400
+type "invalid_request_error"
+code "unsupported_parameter"
+param "response_format"
+
+
+
+=== TEST 18: an argument OpenAI does not define either: unknown_parameter naming it
+--- endpoint: rlm_completions;
+--- sdk
+{"model": "rlm-demo", "temprature": 0.2,
+ "messages": [{"role": "user", "content": "q"}]}
+--- response_body_like
+class "BadRequestError"
+status 400
+type "invalid_request_error"
+code "unknown_parameter"
+param "temprature"
+error.message "Unrecognized request argument supplied: 'temprature'"
+
+
+
+=== TEST 19: the harmless defaults of unsupported fields are accepted; a client id is echoed
+n 1, logprobs false, top_logprobs 0, tool_choice "none", response_format
+text, modalities ["text"], store false, parallel_tool_calls true: each asks
+for what the endpoint does anyway.
+--- endpoint: rlm_completions;
+--- config
+    log_by_lua_block {
+        ngx.log(ngx.NOTICE, "logged request id ", ngx.var.rlm_request_id)
+    }
+--- sdk_request_id: client-id-19
+--- sdk
+{"model": "rlm-demo", "n": 1, "logprobs": false, "top_logprobs": 0,
+ "tool_choice": "none", "response_format": {"type": "text"},
+ "modalities": ["text"], "store": false, "parallel_tool_calls": true,
+ "tools": null, "audio": null,
+ "messages": [{"role": "user", "content": "What is the secret word?"}],
+ "context": "the secret word is fig",
+ "rlm": {"sub_model": "rlm-demo"}}
+--- response_body_like
+http 200
+content-type "application/json"
+x-rlm-attempts null
+object "chat.completion"
+id "chatcmpl-[0-9a-f]{24}"
+model "rlm-demo"
+created "number"
+choices 1
+role "assistant"
+content "the secret word is fig"
+finish_reason "stop"
+usage \{"prompt_tokens":\d+,"completion_tokens":\d+,"total_tokens":\d+\}
+_request_id "client-id-19"
+system_fingerprint "ngx_rlm-\d+\.\d+\.\d+"
+logprobs null
+refusal null
+result "ok"
+exit 0
+--- error_log
+logged request id client-id-19
+
+
+
+=== TEST 20: a client X-Request-Id that could split a log line is replaced
+--- endpoint: rlm_completions;
+--- config
+    log_by_lua_block {
+        ngx.log(ngx.NOTICE, "logged request id [", ngx.var.rlm_request_id,
+                "]")
+    }
+--- sdk_request_id: bad id"with quotes
+--- sdk
+{"model": "rlm-demo", "n": 2,
+ "messages": [{"role": "user", "content": "q"}]}
+--- response_body_like
+class "BadRequestError"
+status 400
+type "invalid_request_error"
+code "invalid_value"
+param "n"
+.*request_id "[0-9a-f]{32}"
+.*
+--- error_log eval
+qr/logged request id \[[0-9a-f]{32}\]/

@@ -3,6 +3,9 @@
 --
 --     {"object":"list","data":[{"id":"fast","object":"model",
 --       "created":1721172741,"owned_by":"openai"}, ...]}
+--
+-- and GET /v1/models/{id}, one of them as its object, or nil when the
+-- tenant may not use it or it does not exist (the caller answers 404).
 
 local cjson = require "cjson.safe"
 local routing = require "rlm.routing"
@@ -30,6 +33,26 @@ function _M.body(conf, tenant, router)
     end
 
     return text
+end
+
+
+-- one(conf, tenant, id [, routing module]) -> JSON text | nil, err
+-- (nil, nil: no such model for this tenant)
+function _M.one(conf, tenant, id, router)
+    local list, err = (router or routing).list(conf, tenant)
+    if list == nil then
+        return nil, err
+    end
+
+    for _, m in ipairs(list) do
+        if m.id == id then
+            return cjson.encode({ id = m.id, object = "model",
+                                  created = m.created,
+                                  owned_by = m.owned_by })
+        end
+    end
+
+    return nil
 end
 
 

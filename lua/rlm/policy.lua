@@ -320,10 +320,13 @@ function _M.authenticate()
 end
 
 
--- models(): content handler of GET /v1/models (auth included, so it
--- works with or without access() on the location).
+-- models(): content handler of GET /v1/models and, in a location that
+-- also takes /v1/models/{id}, of one model (auth included, so it works
+-- with or without access() on the location).  A model the tenant may not
+-- use is answered as one that does not exist: 404 model_not_found.
 function _M.models()
     local c = request_conf()
+    local id = ngx.var.uri:match("^/v1/models/(.+)$")
 
     if ngx.req.get_method() ~= "GET" and ngx.req.get_method() ~= "HEAD" then
         ngx.header["Allow"] = "GET"
@@ -347,7 +350,21 @@ function _M.models()
         end
     end
 
-    local text, err = require("rlm.models").body(c, tenant, c.routing)
+    local text, err
+    if id then
+        text, err = require("rlm.models").one(c, tenant, id, c.routing)
+        if text == nil and err == nil then
+            if #id > 200 then
+                id = id:sub(1, 200) .. "..."
+            end
+            err = errors.new(404, "invalid_request_error", "model_not_found",
+                             "The model '" .. id .. "' does not exist or"
+                             .. " you do not have access to it.", "model")
+        end
+    else
+        text, err = require("rlm.models").body(c, tenant, c.routing)
+    end
+
     if text == nil then
         return errors.send(err)
     end

@@ -45,6 +45,13 @@ sub start_nginx {
     my $main = $opt{main} // "worker_processes 2;";
     my $user = $> == 0 ? "user root;" : "";
 
+    # under make asan-test: nginx hands a new binary (USR2) only the
+    # variables "env" names, and the ASan build of the module needs the
+    # runtime preloaded in it as in the first one
+    if (($ENV{LD_PRELOAD} // '') =~ /libasan/) {
+        $main .= "\nenv LD_PRELOAD;\nenv ASAN_OPTIONS;\nenv UBSAN_OPTIONS;";
+    }
+
     write_conf($dir, <<"CONF");
 load_module $Module;
 $user

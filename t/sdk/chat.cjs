@@ -12,6 +12,11 @@
 // lines; nothing here decides whether the server is right.
 //
 // RLM_SDK_API_KEY is the client's key (default sk-client-side-key).
+// RLM_SDK_SHAPES=1 also prints the fields OpenAI's answers carry that a
+// plain client may never look at (x-request-id as the SDK's _request_id,
+// system_fingerprint, logprobs, refusal, usage: null in every chunk but
+// the usage chunk); RLM_SDK_REQUEST_ID sends an X-Request-Id of the
+// client's.
 // RLM_SDK_TRANSPORT picks how the SDK does HTTP:
 //   fetch       (default) Node's built-in fetch (undici), handed to the SDK
 //               as its `fetch` option; openai 5.x and later use it anyway.
@@ -61,9 +66,17 @@ function headers(response) {
     out('x-rlm-attempts', response.headers.get('x-rlm-attempts'));
 }
 
+const SHAPES = process.env.RLM_SDK_SHAPES === '1';
+
+function requestOptions() {
+    const id = process.env.RLM_SDK_REQUEST_ID;
+    return id ? { headers: { 'X-Request-Id': id } } : {};
+}
+
 async function complete(client, params) {
     const { data, response } =
-        await client.chat.completions.create(params).withResponse();
+        await client.chat.completions.create(params, requestOptions())
+            .withResponse();
 
     headers(response);
     out('object', data.object);
@@ -75,12 +88,22 @@ async function complete(client, params) {
     out('content', data.choices[0].message.content);
     out('finish_reason', data.choices[0].finish_reason);
     out('usage', data.usage);
+    if (SHAPES) {
+        out('_request_id', data._request_id);
+        out('system_fingerprint', data.system_fingerprint);
+        out('logprobs', data.choices[0].logprobs);
+        out('refusal', data.choices[0].message.refusal);
+    }
 }
 
 async function stream(client, params) {
     const { data, response } =
-        await client.chat.completions.create(params).withResponse();
+        await client.chat.completions.create(params, requestOptions())
+            .withResponse();
     const objects = new Set();
+    const fingerprints = new Set();
+    const logprobs = new Set();
+    const usages = [];          // per chunk: "null", "absent" or "usage"
     const ids = new Set();
     const deltas = [];
     let chunks = 0;
@@ -110,6 +133,12 @@ async function stream(client, params) {
             if (chunk.usage) {
                 usage = chunk.usage;
             }
+            fingerprints.add(chunk.system_fingerprint);
+            for (const choice of chunk.choices || []) {
+                logprobs.add(choice.logprobs);
+            }
+            usages.push(!('usage' in chunk) ? 'absent'
+                        : chunk.usage === null ? 'null' : 'usage');
         }
     } finally {
         out('chunks', chunks);
@@ -120,6 +149,12 @@ async function stream(client, params) {
         out('content', deltas.join(''));
         out('finish_reason', finish);
         out('usage', usage);
+        if (SHAPES) {
+            out('x-request-id', response.headers.get('x-request-id'));
+            out('system_fingerprints', [...fingerprints]);
+            out('choice logprobs', [...logprobs]);
+            out('chunk usage', usages);
+        }
     }
 }
 
@@ -166,6 +201,9 @@ async function main() {
         out('param', err.param);
         out('error.message', err.error ? err.error.message : undefined);
         out('message', err.message);
+        if (SHAPES) {
+            out('request_id', err.request_id);
+        }
         if (err.headers) {
             // a plain object in openai 4.x, a Headers object later
             out('error content-type', typeof err.headers.get === 'function'

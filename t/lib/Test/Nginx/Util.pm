@@ -737,8 +737,24 @@ sub run_tests () {
 }
 
 sub check_prev_block_valgrind_log () {
+    check_prev_block_sanitizer_log();
     return unless $UseValgrind && defined $PrevBlock;
     Test::Nginx::Socket::check_valgrind_log($PrevBlock);
+}
+
+# make asan-test (RLM_SANITIZED): a sanitizer report that reached the
+# error log (UBSan writes to stderr, which is the error log of nginx and
+# of the rlm-sandboxd it supervises) fails the last block that ran on
+# that nginx; reports written to files are checked after the whole run.
+sub check_prev_block_sanitizer_log () {
+    return unless $ENV{RLM_SANITIZED} && defined $PrevBlock;
+    open my $in, '<', $ErrLogFile or return;
+    my @hits = grep { /runtime error:|ERROR: (?:Address|Leak)Sanitizer/
+                      || /SUMMARY: \w+Sanitizer/ } <$in>;
+    close $in;
+    return unless @hits;
+    Test::More::fail($PrevBlock->name . ' - sanitizer report in error.log');
+    Test::More::diag(@hits > 20 ? @hits[0 .. 19] : @hits);
 }
 
 sub check_prev_block_shutdown_error_log () {
