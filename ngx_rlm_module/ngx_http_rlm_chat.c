@@ -341,8 +341,8 @@ static ngx_http_rlm_chat_param_t  ngx_http_rlm_chat_unsupported[] = {
 
 /* the other fields the endpoint reads (besides the sampling ones) */
 static const char  *ngx_http_rlm_chat_known[] = {
-    "model", "messages", "context", "rlm", "stream", "stream_options",
-    "n", "max_tokens", "max_completion_tokens", NULL
+    "model", "messages", "context", "rlm", "reset", "stream",
+    "stream_options", "n", "max_tokens", "max_completion_tokens", NULL
 };
 
 
