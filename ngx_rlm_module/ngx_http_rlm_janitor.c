@@ -5,8 +5,9 @@
  * A once-a-second timer in every worker.  Worker 0 expires idle sessions
  * (releasing their sandboxes), pings the manager for rlm_manager_up and
  * every 10 s releases orphaned sandboxes (ngx_http_rlm_orphans.c);
- * every worker tops up the spare sandboxes (rlm_session_spares) and drops the channel descriptors nginx hands it for the
- * supervised manager, which it never uses.
+ * every worker tops up the spare sandboxes (rlm_session_spares) and
+ * drops the channel descriptors nginx hands it for the supervised
+ * manager, which it never uses.
  */
 
 
