@@ -86,8 +86,6 @@ static ngx_int_t ngx_http_rlm_chat_bad(ngx_http_rlm_chat_t *chat,
     const char *code, const char *param, const char *message);
 static ngx_int_t ngx_http_rlm_chat_answered(ngx_http_rlm_chat_t *chat,
     ngx_int_t rc);
-static ngx_str_t *ngx_http_rlm_chat_header(ngx_http_request_t *r,
-    const char *name);
 static ngx_int_t ngx_http_rlm_chat_tree_policy(ngx_http_request_t *r,
     ngx_http_rlm_chat_t *chat);
 static ngx_int_t ngx_http_rlm_chat_rlm(ngx_http_request_t *r,
@@ -1217,7 +1215,7 @@ ngx_http_rlm_chat_session(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    given = ngx_http_rlm_chat_header(r, "X-RLM-Session-Id");
+    given = ngx_http_rlm_request_header(r, "X-RLM-Session-Id");
 
     if (given == NULL
         && ngx_http_parse_multi_header_lines(&r->headers_in.cookies, &name,
@@ -1262,7 +1260,7 @@ ngx_http_rlm_chat_session(ngx_http_request_t *r, ngx_http_rlm_chat_t *chat)
         }
 
         if (!chat->reset
-            && ngx_http_rlm_chat_header(r, "X-RLM-Reset") == NULL)
+            && ngx_http_rlm_request_header(r, "X-RLM-Reset") == NULL)
         {
             chat->loop.session = s;
             ngx_http_rlm_session_format_id(id, ctx->session_id);
@@ -1529,38 +1527,6 @@ ngx_http_rlm_chat_answered(ngx_http_rlm_chat_t *chat, ngx_int_t rc)
     chat->rc = rc;
 
     return NGX_DECLINED;
-}
-
-
-static ngx_str_t *
-ngx_http_rlm_chat_header(ngx_http_request_t *r, const char *name)
-{
-    size_t            len;
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h;
-
-    len = ngx_strlen(name);
-    part = &r->headers_in.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                return NULL;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].key.len == len
-            && ngx_strncasecmp(h[i].key.data, (u_char *) name, len) == 0)
-        {
-            return &h[i].value;
-        }
-    }
 }
 
 

@@ -449,6 +449,8 @@ ngx_int_t ngx_http_rlm_refuse(ngx_http_request_t *r, ngx_uint_t status,
     const char *message);
 ngx_int_t ngx_http_rlm_set_header(ngx_http_request_t *r, const char *name,
     const char *value);
+ngx_str_t *ngx_http_rlm_request_header(ngx_http_request_t *r,
+    const char *name);
 ngx_http_rlm_ctx_t *ngx_http_rlm_get_ctx(ngx_http_request_t *r);
 ngx_int_t ngx_http_rlm_read_body(ngx_http_request_t *r, ngx_str_t *body);
 void ngx_http_rlm_finalize(ngx_http_request_t *r, ngx_int_t rc);

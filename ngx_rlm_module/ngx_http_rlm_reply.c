@@ -332,6 +332,40 @@ ngx_http_rlm_set_header(ngx_http_request_t *r, const char *name,
 }
 
 
+/* the value of the request's first header called name (any case), or NULL */
+
+ngx_str_t *
+ngx_http_rlm_request_header(ngx_http_request_t *r, const char *name)
+{
+    size_t            len;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    len = ngx_strlen(name);
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return NULL;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len == len
+            && ngx_strncasecmp(h[i].key.data, (u_char *) name, len) == 0)
+        {
+            return &h[i].value;
+        }
+    }
+}
+
+
 /*
  * The whole request body in one piece of memory, from buffers or file.
  * It may be the request's own buffer: callers may change it in place but

@@ -113,43 +113,17 @@ ngx_http_rlm_request_id_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
     u_char                     *p, *end;
-    ngx_uint_t                  i;
-    ngx_list_part_t            *part;
-    ngx_table_elt_t            *h;
+    ngx_str_t                  *given;
     ngx_http_variable_value_t  *id;
 
-    part = &r->headers_in.headers.part;
-    h = part->elts;
+    given = ngx_http_rlm_request_header(r, "X-Request-Id");
 
-    for (i = 0; /* void */; i++) {
+    if (given != NULL
+        && given->len > 0 && given->len <= NGX_HTTP_RLM_REQUEST_ID_MAX)
+    {
+        end = given->data + given->len;
 
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].key.len != sizeof("X-Request-Id") - 1
-            || ngx_strncasecmp(h[i].key.data, (u_char *) "X-Request-Id",
-                               sizeof("X-Request-Id") - 1)
-               != 0)
-        {
-            continue;
-        }
-
-        if (h[i].value.len == 0
-            || h[i].value.len > NGX_HTTP_RLM_REQUEST_ID_MAX)
-        {
-            break;
-        }
-
-        end = h[i].value.data + h[i].value.len;
-
-        for (p = h[i].value.data; p < end; p++) {
+        for (p = given->data; p < end; p++) {
             if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
                   || (*p >= '0' && *p <= '9') || *p == '.' || *p == '_'
                   || *p == ':' || *p == '-'))
@@ -158,17 +132,15 @@ ngx_http_rlm_request_id_variable(ngx_http_request_t *r,
             }
         }
 
-        if (p < end) {
-            break;
+        if (p == end) {
+            v->data = given->data;
+            v->len = given->len;
+            v->valid = 1;
+            v->no_cacheable = 0;
+            v->not_found = 0;
+
+            return NGX_OK;
         }
-
-        v->data = h[i].value.data;
-        v->len = h[i].value.len;
-        v->valid = 1;
-        v->no_cacheable = 0;
-        v->not_found = 0;
-
-        return NGX_OK;
     }
 
     id = ngx_http_get_indexed_variable(r, ngx_http_rlm_request_id_index);
